@@ -1,0 +1,1 @@
+"""HTTP service for workers: hints, rendezvous, health, metrics."""

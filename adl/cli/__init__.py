@@ -1,0 +1,1 @@
+"""The adl command-line interface."""

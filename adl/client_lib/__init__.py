@@ -1,0 +1,1 @@
+"""In-job PyTorch library (the only part of adl that imports torch)."""

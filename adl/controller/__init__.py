@@ -1,0 +1,1 @@
+"""Backend-agnostic job lifecycle and scheduling rounds (pure decisions)."""

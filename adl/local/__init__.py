@@ -1,0 +1,1 @@
+"""Embedded single-machine backend: daemon, SQLite store, worker processes."""

@@ -1,0 +1,194 @@
+"""Pydantic models shared by every part of adl: one source of truth for validation, the HTTP API
+schema and the CRD schema. Field names are snake_case in Python and camelCase on the wire."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_assignment=True
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The camelCase JSON-compatible form used in CRDs and HTTP bodies."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# --------------------------------------------------------------------------- hints (job -> sched)
+
+
+class PerfParamsModel(_Model):
+    """Fitted throughput-model parameters (see adl.sched.goodput)."""
+
+    alpha_c: float = Field(ge=0)
+    beta_c: float = Field(ge=0)
+    alpha_n: float = Field(ge=0)
+    beta_n: float = Field(ge=0)
+    alpha_r: float = Field(ge=0)
+    beta_r: float = Field(ge=0)
+    gamma: float = Field(ge=1, le=10)
+
+
+class GradParamsModel(_Model):
+    """Gradient statistics: squared norm of the true gradient, noise variance at B0."""
+
+    sqr: float = Field(ge=0)
+    var: float = Field(ge=0)
+
+
+class Hints(_Model):
+    """What a running job reports to the scheduler (at most every ~30 s)."""
+
+    init_batch_size: int = Field(ge=1, description="B0: the batch size the user chose")
+    max_batch_size: int | None = Field(default=None, ge=1)
+    local_bsz_bounds: tuple[int, int] | None = None
+    gradient_accumulation: bool = False
+    perf_params: PerfParamsModel | None = None
+    grad_params: GradParamsModel | None = None
+    max_profiled_replicas: int = Field(default=0, ge=0)
+    progress: float = Field(default=0.0, ge=0, description="scale-invariant steps done")
+    total_progress: float | None = Field(
+        default=None, ge=0, description="scale-invariant steps for the whole run, when declared"
+    )
+    batch_size: int | None = Field(default=None, ge=1, description="current global batch")
+    local_bsz: int | None = Field(default=None, ge=1)
+    accum_steps: int | None = Field(default=None, ge=0)
+    goodput: float | None = Field(default=None, ge=0)
+    epoch: int | None = Field(default=None, ge=0)
+    restart_cost_s: float | None = Field(default=None, ge=0)
+
+    @field_validator("local_bsz_bounds")
+    @classmethod
+    def _bounds_ordered(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and not 1 <= v[0] <= v[1]:
+            raise ValueError(f"localBszBounds must satisfy 1 <= lo <= hi, got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _batch_range(self) -> Hints:
+        if self.max_batch_size is not None and self.max_batch_size < self.init_batch_size:
+            raise ValueError(
+                f"maxBatchSize ({self.max_batch_size}) must be >= initBatchSize "
+                f"({self.init_batch_size})"
+            )
+        return self
+
+
+# --------------------------------------------------------------------------- AdaptiveJob
+
+
+class CheckpointSpec(_Model):
+    """Where checkpoints live: an existing claim, or a claim made from a storage class."""
+
+    claim_name: str | None = None
+    storage_class: str | None = None
+    size: str = "10Gi"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CheckpointSpec:
+        if self.claim_name and self.storage_class:
+            raise ValueError("checkpoint: set claimName or storageClass, not both")
+        return self
+
+
+class AdaptiveJobSpec(_Model):
+    """The user's request: a range of replicas, not a number."""
+
+    template: dict[str, Any] = Field(
+        description="PodTemplateSpec; container 0 is the trainer",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    min_replicas: int = Field(default=1, ge=0, le=4096)
+    max_replicas: int = Field(default=16, ge=1, le=4096)
+    gpus_per_replica: int = Field(default=1, ge=0, le=16)
+    preemptible: bool = True
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    weight: float = Field(default=1.0, gt=0, le=1000)
+    suspend: bool = False
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    max_restarts: int = Field(default=3, ge=0, le=1000, description="failure budget")
+    termination_grace_period_seconds: int = Field(default=60, ge=1, le=3600)
+
+    @field_validator("template")
+    @classmethod
+    def _has_trainer(cls, v: dict[str, Any]) -> dict[str, Any]:
+        containers = (v.get("spec") or {}).get("containers") or []
+        if not containers:
+            raise ValueError("template.spec.containers must hold at least the trainer container")
+        trainer = containers[0]
+        if not isinstance(trainer, dict) or not (trainer.get("command") or trainer.get("image")):
+            raise ValueError("template.spec.containers[0] needs a command or an image")
+        return v
+
+    @model_validator(mode="after")
+    def _replica_range(self) -> AdaptiveJobSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas})"
+            )
+        return self
+
+    @property
+    def trainer(self) -> dict[str, Any]:
+        return dict(self.template["spec"]["containers"][0])
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class RestartCause(StrEnum):
+    RESIZE = "resize"
+    FAILURE = "failure"
+    PREEMPTION = "preemption"
+
+
+class Condition(_Model):
+    type: str
+    status: str = Field(pattern="^(True|False|Unknown)$")
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+
+
+class AdaptiveJobStatus(_Model):
+    """Observed state, written only by the control plane (and hints by the API)."""
+
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    message: str = ""
+    conditions: list[Condition] = Field(default_factory=list)
+    allocation: list[str] = Field(default_factory=list, description="node per replica")
+    group: int = Field(default=0, ge=0, description="+1 per (re)start of the worker group")
+    replicas: int = Field(default=0, ge=0)
+    ready_replicas: int = Field(default=0, ge=0)
+    restarts: dict[RestartCause, int] = Field(default_factory=dict)
+    hints: Hints | None = None
+    batch_size: int | None = None
+    goodput: float | None = None
+    attained_service_s: float = Field(default=0.0, ge=0)
+    last_checkpoint_time: datetime | None = None
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+
+    def restart_count(self, cause: RestartCause | None = None) -> int:
+        if cause is None:
+            return sum(self.restarts.values())
+        return self.restarts.get(cause, 0)

@@ -1,0 +1,1 @@
+"""Kubernetes backend: kopf operator for AdaptiveJob."""

@@ -1,0 +1,4 @@
+"""Pure scheduling logic: goodput model, speedups, policies, simulator.
+
+No I/O, no clocks, no torch.
+"""

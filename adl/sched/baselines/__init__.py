@@ -1,0 +1,1 @@
+"""Published baseline policies behind the same interface as adl.sched.policy."""

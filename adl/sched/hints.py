@@ -1,0 +1,55 @@
+"""Turn a job's reported hints into what the policy consumes (shared by every backend)."""
+
+from __future__ import annotations
+
+from adl.models import Hints
+from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams, PerfParams
+from adl.sched.speedup import SpeedupFunction
+from adl.sched.types import SpeedupFn, linear_speedup
+
+
+def goodput_from_hints(hints: Hints) -> GoodputFunction | None:
+    """The job's goodput model, or None until it has reported a throughput model."""
+    if hints.perf_params is None:
+        return None
+    perf = PerfParams(**hints.perf_params.model_dump())
+    grad = (
+        GradParams(hints.grad_params.sqr, hints.grad_params.var)
+        if hints.grad_params is not None
+        else GradParams(sqr=1.0, var=0.0)  # unknown noise: batch size neither helps nor hurts
+    )
+    b0 = hints.init_batch_size
+    max_bsz = hints.max_batch_size or b0
+    lo, hi = hints.local_bsz_bounds or (b0, b0)
+    bounds = BatchBounds(
+        init_batch_size=b0,
+        max_batch_size=max_bsz,
+        local_bsz_bounds=(lo, hi),
+        gradient_accumulation=hints.gradient_accumulation,
+    )
+    return GoodputFunction(perf, grad, bounds)
+
+
+def speedup_from_hints(hints: Hints | None) -> SpeedupFn:
+    """Speedup function for the policy; linear (optimistic) before the first report."""
+    if hints is None:
+        return linear_speedup
+    fn = goodput_from_hints(hints)
+    return linear_speedup if fn is None else SpeedupFunction(fn)
+
+
+def remaining_seconds(hints: Hints | None, speedup: SpeedupFn | None = None) -> float | None:
+    """Seconds of work left on one replica at its best batch size, when the job declared its
+    length; None otherwise (the policy then falls back to length-agnostic decisions)."""
+    if hints is None or hints.total_progress is None:
+        return None
+    left = max(hints.total_progress - hints.progress, 0.0)
+    fn = goodput_from_hints(hints)
+    if fn is None:
+        return None
+    rate = (
+        speedup.base_goodput
+        if isinstance(speedup, SpeedupFunction)
+        else float(fn.optimize(1, 1).goodput[0])
+    )
+    return left / rate if rate > 0 else None

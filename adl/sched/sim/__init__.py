@@ -1,0 +1,1 @@
+"""Trace-driven cluster simulator over the Pollux traces."""

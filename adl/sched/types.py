@@ -1,0 +1,74 @@
+"""The policy interface shared by the simulator, the operator and the local backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+#: job name -> one node name per replica (GPU). A job absent or with [] holds no GPUs.
+Allocation = dict[str, list[str]]
+
+#: speedup(num_nodes, num_replicas) -> speedup relative to 1 replica on 1 node; vectorized.
+SpeedupFn = Callable[[ArrayLike, ArrayLike], NDArray[np.float64]]
+
+
+def linear_speedup(num_nodes: ArrayLike, num_replicas: ArrayLike) -> NDArray[np.float64]:
+    """Optimistic prior used before a job has reported anything."""
+    del num_nodes
+    return np.asarray(num_replicas, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A schedulable node: how many GPUs (or CPU slots) the policy may hand out on it."""
+
+    name: str
+    gpus: int
+    preemptible: bool = False
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What the policy knows about one job: only what a real job could report.
+
+    ``remaining_s`` is the job's own estimate of the seconds it still needs on the baseline
+    configuration (1 replica on 1 node, best batch size), or None when the job did not declare
+    its length; time at (N, K) is then ``remaining_s / speedup(N, K)``.
+    """
+
+    name: str
+    speedup: SpeedupFn = linear_speedup
+    min_replicas: int = 0
+    max_replicas: int = 64
+    weight: float = 1.0
+    age_s: float = 0.0
+    restarts: int = 0
+    restart_cost_s: float = 30.0
+    attained_service_s: float = 0.0  # GPU-seconds received so far
+    remaining_s: float | None = None
+    max_profiled_replicas: int = 0
+    preemptible: bool = True
+    gpus_per_replica: int = 1
+    submit_order: int = 0  # tie-breaker: earlier submissions first
+
+
+class Policy(Protocol):
+    """A scheduling policy: pure and deterministic for a given seed."""
+
+    def optimize(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous: Mapping[str, list[str]],
+    ) -> Allocation: ...
+
+
+@dataclass
+class RoundStats:
+    """Latency bookkeeping a driver may keep about policy calls (not used by policies)."""
+
+    durations_s: list[float] = field(default_factory=list)
