@@ -1,0 +1,119 @@
+"""Read worker pods into plain facts the controller understands. Pure: a pod dict in, a
+``PodState`` out, so every failure mode (image pull, unschedulable, OOM, graceful stop) is
+unit-tested from sample pod statuses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from adl.operator.pods import LABEL_GROUP, LABEL_INDEX
+
+#: Exit code of a worker that checkpointed and stopped on SIGTERM (128 + 15).
+EXIT_STOPPED = 143
+
+#: Waiting reasons that will not fix themselves: the group is failed, not "still starting".
+FATAL_WAITING = {
+    "ErrImagePull": "ImagePullError",
+    "ImagePullBackOff": "ImagePullError",
+    "InvalidImageName": "ImagePullError",
+    "ErrImageNeverPull": "ImagePullError",
+    "CreateContainerConfigError": "ContainerConfigError",
+    "CreateContainerError": "ContainerConfigError",
+    "RunContainerError": "ContainerConfigError",
+}
+
+
+class PodPhase(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # exited 143 after a graceful stop (resize / preemption)
+
+
+@dataclass(frozen=True)
+class PodState:
+    name: str
+    group: int
+    index: int
+    phase: PodPhase
+    ready: bool = False
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+    deleting: bool = False
+    node: str = ""
+
+
+def _trainer_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    trainer = containers[0].get("name")
+    for st in statuses:
+        if st.get("name") == trainer:
+            return st
+    return statuses[0] if statuses else {}
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond
+    return {}
+
+
+def classify(pod: Mapping[str, Any]) -> PodState:
+    """One pod's state, reason included, from its status."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    base = {
+        "name": meta.get("name", ""),
+        "group": int(labels.get(LABEL_GROUP, -1)),
+        "index": int(labels.get(LABEL_INDEX, 0)),
+        "deleting": bool(meta.get("deletionTimestamp")),
+        "node": (pod.get("spec") or {}).get("nodeName", ""),
+    }
+    phase = status.get("phase", "Pending")
+    trainer = _trainer_status(pod)
+    terminated = (trainer.get("state") or {}).get("terminated")
+    waiting = (trainer.get("state") or {}).get("waiting") or {}
+
+    if phase in ("Succeeded", "Failed") or terminated:
+        code = terminated.get("exitCode") if terminated else None
+        if phase == "Succeeded" or code == 0:
+            return PodState(**base, phase=PodPhase.SUCCEEDED, exit_code=0)
+        if code == EXIT_STOPPED:
+            return PodState(**base, phase=PodPhase.STOPPED, exit_code=code, reason="Stopped")
+        reason = (terminated or {}).get("reason") or status.get("reason") or "Error"
+        message = (terminated or {}).get("message") or status.get("message") or ""
+        if code is not None and not message:
+            message = f"trainer exited with code {code}"
+        return PodState(**base, phase=PodPhase.FAILED, exit_code=code, reason=reason,
+                        message=message)
+    if waiting.get("reason") in FATAL_WAITING:
+        return PodState(
+            **base,
+            phase=PodPhase.FAILED,
+            reason=FATAL_WAITING[waiting["reason"]],
+            message=f"{waiting['reason']}: {waiting.get('message', '')}".strip(": "),
+        )
+    if phase == "Running":
+        ready = _condition(pod, "Ready").get("status") == "True"
+        return PodState(**base, phase=PodPhase.RUNNING, ready=ready)
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        return PodState(
+            **base,
+            phase=PodPhase.PENDING,
+            reason="Unschedulable",
+            message=scheduled.get("message", ""),
+        )
+    return PodState(**base, phase=PodPhase.PENDING, reason=waiting.get("reason", ""))
+
+
+def classify_all(pods: Iterable[Mapping[str, Any]]) -> list[PodState]:
+    return sorted((classify(p) for p in pods), key=lambda s: (s.group, s.index))

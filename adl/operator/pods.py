@@ -1,0 +1,297 @@
+"""Pure builders for the Kubernetes objects of one AdaptiveJob: worker pods, the headless
+rendezvous Service, the token Secret and the checkpoint claim. No I/O, so every rule (names,
+labels, owner references, GPU requests, mounts) is unit-tested without an API server.
+
+One pod per node per group runs all of that node's replicas (one process per GPU, started by
+``adl.client_lib.launch``), so intra-node traffic never leaves the host.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from adl.models import AdaptiveJobSpec
+from adl.operator.crd import API_VERSION, KIND
+
+LABEL_JOB = "adl.dev/job"
+LABEL_GROUP = "adl.dev/group"
+LABEL_INDEX = "adl.dev/node-index"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+MANAGER = "adl"
+ANNOTATION_ALLOCATION = "adl.dev/allocation"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MASTER_PORT = 29500
+CHECKPOINT_MOUNT = "/adl/checkpoint"
+TOKEN_MOUNT = "/var/run/adl"
+TOKEN_KEY = "token"
+TOKEN_FILE = f"{TOKEN_MOUNT}/{TOKEN_KEY}"
+LAUNCHER = ["python", "-m", "adl.client_lib.launch"]
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Identity of an AdaptiveJob object, enough to own and name its children."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> JobRef:
+        meta = body["metadata"]
+        return cls(name=meta["name"], namespace=meta.get("namespace", ""), uid=meta.get("uid", ""))
+
+
+# ------------------------------------------------------------------------------ names, labels
+
+
+def pod_name(job: str, group: int, index: int) -> str:
+    return f"{job}-g{group}-{index}"
+
+
+def service_name(job: str) -> str:
+    return job
+
+
+def token_secret_name(job: str) -> str:
+    return f"{job}-adl-token"
+
+
+def pvc_name(job: str) -> str:
+    return f"{job}-checkpoint"
+
+
+def job_labels(job: str) -> dict[str, str]:
+    return {LABEL_JOB: job, LABEL_MANAGED: MANAGER}
+
+
+def group_labels(job: str, group: int) -> dict[str, str]:
+    return {**job_labels(job), LABEL_GROUP: str(group)}
+
+
+def job_selector(job: str) -> str:
+    """Label selector of everything a job owns (for list/delete calls)."""
+    return f"{LABEL_JOB}={job}"
+
+
+def group_selector(job: str, group: int) -> str:
+    return f"{LABEL_JOB}={job},{LABEL_GROUP}={group}"
+
+
+def matches_selector(labels: Mapping[str, str], selector: str) -> bool:
+    """Equality-based label selection as the API server does it (``a=b,c!=d,e``); kmock does
+    not filter, so the operator re-checks every listed object with this."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key.strip()) == value.strip():
+                return False
+        elif "=" in term:
+            key, value = term.split("==", 1) if "==" in term else term.split("=", 1)
+            if labels.get(key.strip()) != value.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def owner_reference(job: JobRef) -> dict[str, Any]:
+    """Children are garbage-collected with the job; ``controller`` marks adl as their manager."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job.name,
+        "uid": job.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(job: JobRef, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": job.namespace,
+        "labels": labels,
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
+# ------------------------------------------------------------------------------ placement
+
+
+def node_slots(allocation: list[str]) -> list[tuple[str, int]]:
+    """Group an allocation (one node per replica) into (node, replicas) in first-seen order;
+    replicas on one node get contiguous ranks, so pod i holds ranks [offset_i, offset_i + n_i)."""
+    counts: dict[str, int] = {}
+    for node in allocation:
+        counts[node] = counts.get(node, 0) + 1
+    return list(counts.items())
+
+
+def rank_offsets(allocation: list[str]) -> list[int]:
+    offsets, total = [], 0
+    for _, count in node_slots(allocation):
+        offsets.append(total)
+        total += count
+    return offsets
+
+
+def master_addr(job: JobRef, group: int) -> str:
+    """Stable DNS name of the group's first pod (hostname + headless-Service subdomain)."""
+    return f"{pod_name(job.name, group, 0)}.{service_name(job.name)}.{job.namespace}.svc"
+
+
+def checkpoint_claim(job: JobRef, spec: AdaptiveJobSpec) -> str:
+    return spec.checkpoint.claim_name or pvc_name(job.name)
+
+
+# ------------------------------------------------------------------------------ objects
+
+
+def _trainer_command(trainer: Mapping[str, Any], replicas: int) -> dict[str, Any]:
+    """Wrap the trainer in the launcher when the pod runs several replicas."""
+    if replicas <= 1:
+        return {}
+    command = list(trainer.get("command") or [])
+    if not command:
+        raise ValueError(
+            "containers[0].command is required when a pod runs several replicas "
+            "(the launcher starts one process per GPU)"
+        )
+    argv = [*LAUNCHER, "--nproc", str(replicas), "--", *command, *(trainer.get("args") or [])]
+    return {"command": argv, "args": []}
+
+
+def _merge_env(existing: list[dict[str, Any]], env: Mapping[str, str]) -> list[dict[str, Any]]:
+    kept = [e for e in existing if e.get("name") not in env]
+    return kept + [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+def build_pod(
+    job: JobRef,
+    spec: AdaptiveJobSpec,
+    *,
+    group: int,
+    index: int,
+    node: str,
+    replicas: int,
+    env: Mapping[str, str],
+    claim: str | None = None,
+) -> dict[str, Any]:
+    """The pod running ``replicas`` replicas of ``group`` on ``node``, stamped with ``env``."""
+    template = copy.deepcopy(spec.template)
+    tmeta = template.get("metadata") or {}
+    pspec = copy.deepcopy(template.get("spec") or {})
+    containers = pspec["containers"]
+    trainer = dict(containers[0])
+    trainer.update(_trainer_command(trainer, replicas))
+    trainer["env"] = _merge_env(list(trainer.get("env") or []), env)
+    gpus = replicas * spec.gpus_per_replica
+    if gpus:
+        resources = copy.deepcopy(trainer.get("resources") or {})
+        for kind in ("limits", "requests"):
+            resources.setdefault(kind, {})[GPU_RESOURCE] = gpus
+        trainer["resources"] = resources
+    mounts = [m for m in trainer.get("volumeMounts") or [] if m.get("name") not in _VOLUMES]
+    mounts += [
+        {"name": "adl-checkpoint", "mountPath": CHECKPOINT_MOUNT},
+        {"name": "adl-token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+    ]
+    trainer["volumeMounts"] = mounts
+    containers[0] = trainer
+
+    volumes = [v for v in pspec.get("volumes") or [] if v.get("name") not in _VOLUMES]
+    volumes += [
+        {
+            "name": "adl-checkpoint",
+            "persistentVolumeClaim": {"claimName": claim or checkpoint_claim(job, spec)},
+        },
+        {
+            "name": "adl-token",
+            "secret": {"secretName": token_secret_name(job.name), "defaultMode": 0o440},
+        },
+    ]
+    pspec["volumes"] = volumes
+    pspec["restartPolicy"] = "Never"  # restarts are the controller's decision, counted
+    pspec["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
+    pspec["hostname"] = pod_name(job.name, group, index)
+    pspec["subdomain"] = service_name(job.name)
+    pspec["affinity"] = _pin_to_node(pspec.get("affinity"), node)
+
+    labels = {**(tmeta.get("labels") or {}), **group_labels(job.name, group)}
+    labels[LABEL_INDEX] = str(index)
+    meta = _meta(job, pod_name(job.name, group, index), labels)
+    if tmeta.get("annotations"):
+        meta["annotations"] = dict(tmeta["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pspec}
+
+
+_VOLUMES = {"adl-checkpoint", "adl-token"}
+
+
+def _pin_to_node(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
+    """Pin to the allocated node through the scheduler (matchFields on metadata.name, as
+    DaemonSets do) rather than spec.nodeName, so resources and taints are still checked and
+    an impossible placement surfaces as Unschedulable instead of a silent failure."""
+    out = copy.deepcopy(dict(affinity or {}))
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    out.setdefault("nodeAffinity", {})["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": [term]
+    }
+    return out
+
+
+def build_service(job: JobRef) -> dict[str, Any]:
+    """Headless Service giving every worker pod a DNS name for rendezvous."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(job, service_name(job.name), job_labels(job.name)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,  # rendezvous happens before readiness
+            "selector": {LABEL_JOB: job.name},
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+        },
+    }
+
+
+def build_token_secret(job: JobRef, token: str) -> dict[str, Any]:
+    """The job's bearer token for the hints API; only this job's pods mount it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _meta(job, token_secret_name(job.name), job_labels(job.name)),
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def build_pvc(job: JobRef, spec: AdaptiveJobSpec) -> dict[str, Any] | None:
+    """A checkpoint claim from the storage class (or the cluster default), unless the user
+    named an existing claim. ReadWriteMany: pods of one group may sit on several nodes."""
+    if spec.checkpoint.claim_name:
+        return None
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": spec.checkpoint.size}},
+    }
+    if spec.checkpoint.storage_class:
+        pvc_spec["storageClassName"] = spec.checkpoint.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(job, pvc_name(job.name), job_labels(job.name)),
+        "spec": pvc_spec,
+    }
