@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -46,6 +47,7 @@ class PodState:
     exit_code: int | None = None
     deleting: bool = False
     node: str = ""
+    since: datetime | None = None  # when the current reason (e.g. Unschedulable) began
 
 
 def _trainer_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -63,6 +65,14 @@ def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
         if cond.get("type") == kind:
             return cond
     return {}
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
 def classify(pod: Mapping[str, Any]) -> PodState:
@@ -92,8 +102,9 @@ def classify(pod: Mapping[str, Any]) -> PodState:
         message = (terminated or {}).get("message") or status.get("message") or ""
         if code is not None and not message:
             message = f"trainer exited with code {code}"
-        return PodState(**base, phase=PodPhase.FAILED, exit_code=code, reason=reason,
-                        message=message)
+        return PodState(
+            **base, phase=PodPhase.FAILED, exit_code=code, reason=reason, message=message
+        )
     if waiting.get("reason") in FATAL_WAITING:
         return PodState(
             **base,
@@ -111,6 +122,7 @@ def classify(pod: Mapping[str, Any]) -> PodState:
             phase=PodPhase.PENDING,
             reason="Unschedulable",
             message=scheduled.get("message", ""),
+            since=_parse_time(scheduled.get("lastTransitionTime")),
         )
     return PodState(**base, phase=PodPhase.PENDING, reason=waiting.get("reason", ""))
 

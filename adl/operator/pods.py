@@ -201,7 +201,7 @@ def build_pod(
     if gpus:
         resources = copy.deepcopy(trainer.get("resources") or {})
         for kind in ("limits", "requests"):
-            resources.setdefault(kind, {})[GPU_RESOURCE] = gpus
+            resources.setdefault(kind, {})[GPU_RESOURCE] = str(gpus)
         trainer["resources"] = resources
     mounts = [m for m in trainer.get("volumeMounts") or [] if m.get("name") not in _VOLUMES]
     mounts += [
@@ -294,4 +294,28 @@ def build_pvc(job: JobRef, spec: AdaptiveJobSpec) -> dict[str, Any] | None:
         "kind": "PersistentVolumeClaim",
         "metadata": _meta(job, pvc_name(job.name), job_labels(job.name)),
         "spec": pvc_spec,
+    }
+
+
+def worker_env(
+    job: JobRef, group: int, allocation: list[str], index: int, api_url: str
+) -> dict[str, str]:
+    """Environment of pod ``index`` of a group: the contract of DESIGN.md for its first replica.
+    The launcher derives each process's rank as ADL_RANK + local rank."""
+    slots = node_slots(allocation)
+    offsets = rank_offsets(allocation)
+    return {
+        "ADL_JOB": job.key,
+        "ADL_GROUP": str(group),
+        "ADL_RANK": str(offsets[index]),
+        "ADL_WORLD_SIZE": str(len(allocation)),
+        "ADL_LOCAL_RANK": "0",
+        "ADL_LOCAL_WORLD_SIZE": str(slots[index][1]),
+        "ADL_NUM_NODES": str(len(slots)),
+        "ADL_NODE_RANK": str(index),
+        "ADL_MASTER_ADDR": master_addr(job, group),
+        "ADL_MASTER_PORT": str(MASTER_PORT),
+        "ADL_CHECKPOINT_DIR": f"{CHECKPOINT_MOUNT}/{job.namespace}/{job.name}",
+        "ADL_API_URL": api_url,
+        "ADL_TOKEN_FILE": TOKEN_FILE,
     }

@@ -1,0 +1,341 @@
+"""kopf handlers: every AdaptiveJob or worker-pod event reconciles the job (the pure step in
+``adl.operator.reconcile``), and a per-job timer keeps time-based work moving (backoff expiry)
+and runs the cluster-wide scheduling round when it is due, with the optimization in a worker
+thread. Run with ``python -m adl.operator`` (which also serves the API) or
+``kopf run -m adl.operator.handlers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+from pydantic import ValidationError
+
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
+from adl.operator import pods as P
+from adl.operator.crd import GROUP, PLURAL, VERSION
+from adl.operator.observe import classify_all
+from adl.operator.reconcile import (
+    Action,
+    CreatePods,
+    DeletePods,
+    EmitEvent,
+    EnsureResources,
+    Observed,
+    SetStatus,
+    Timing,
+    reconcile,
+    status_patch,
+)
+from adl.operator.scheduling import desired_allocation, nodes_from_objects, plan
+from adl.operator.store import Conflict, KubeStore
+from adl.sched.types import Policy
+
+ANNOTATION_RESTART_AFTER = "adl.dev/restart-after"
+ANNOTATION_TOKEN_HASH = "adl.dev/token-sha256"
+log = logging.getLogger("adl.operator")
+
+
+def _default_policy() -> Policy:
+    from adl.sched.policy import AdlPolicy  # type: ignore[import-not-found,unused-ignore]
+
+    policy: Policy = AdlPolicy()
+    return policy
+
+
+@dataclass
+class OperatorConfig:
+    """Settings of one operator process (set by ``python -m adl.operator`` or by tests)."""
+
+    api_url: str = "http://adl.adl-system.svc:8080"
+    round_interval_s: float = 30.0
+    gpu_resource: str = P.GPU_RESOURCE
+    node_selector: dict[str, str] = field(default_factory=dict)
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    policy_factory: Callable[[], Policy] = _default_policy
+    timing: Timing = field(default_factory=Timing)
+
+
+CONFIG = OperatorConfig()
+
+
+def configure(**changes: Any) -> OperatorConfig:
+    for key, value in changes.items():
+        if not hasattr(CONFIG, key):
+            raise TypeError(f"unknown operator setting {key!r}")
+        setattr(CONFIG, key, value)
+    return CONFIG
+
+
+@dataclass
+class RoundStats:
+    durations_s: list[float] = field(default_factory=list)
+    last: float = 0.0
+
+
+class Runtime:
+    """Per-run state kept in kopf's memo: the API client, one lock per job, the round."""
+
+    def __init__(self, store: KubeStore, policy: Policy) -> None:
+        self.store = store
+        self.policy = policy
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.round_lock = asyncio.Lock()
+        self.rounds = RoundStats()
+
+    def lock(self, key: str) -> asyncio.Lock:
+        return self.locks.setdefault(key, asyncio.Lock())
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _status_of(body: dict[str, Any]) -> AdaptiveJobStatus:
+    """The status as adl wrote it (foreign keys, e.g. a framework's, are ignored)."""
+    raw = dict(body.get("status") or {})
+    known = {f.alias or name for name, f in AdaptiveJobStatus.model_fields.items()}
+    return AdaptiveJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
+
+
+def _restart_after(body: dict[str, Any]) -> datetime | None:
+    raw = ((body.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESTART_AFTER)
+    return datetime.fromisoformat(raw) if raw else None
+
+
+def _event(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    kopf.event(cast(Any, body), type=type_, reason=reason, message=message[:1000])
+
+
+# ------------------------------------------------------------------------ executing actions
+
+
+async def _ensure_resources(rt: Runtime, job: P.JobRef, spec: AdaptiveJobSpec, body: Any) -> None:
+    store = rt.store
+    await asyncio.to_thread(store.create, P.build_service(job))
+    secret = await asyncio.to_thread(store.get_secret, job.namespace, P.token_secret_name(job.name))
+    if secret is None:
+        token = secrets.token_urlsafe(32)
+        await asyncio.to_thread(store.create, P.build_token_secret(job, token))
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        await asyncio.to_thread(
+            store.patch_job_annotations, job.namespace, job.name, {ANNOTATION_TOKEN_HASH: digest}
+        )
+    pvc = P.build_pvc(job, spec)
+    claim = P.checkpoint_claim(job, spec)
+    existing = await asyncio.to_thread(store.get_pvc, job.namespace, claim)
+    if pvc is not None and existing is None:
+        await asyncio.to_thread(store.create, pvc)
+    elif pvc is None and existing is None:
+        _event(
+            body, "Warning", "CheckpointClaimNotFound", f"PersistentVolumeClaim {claim} not found"
+        )
+
+
+async def _execute(
+    rt: Runtime, body: dict[str, Any], spec: AdaptiveJobSpec, actions: list[Action]
+) -> None:
+    job = P.JobRef.from_body(body)
+    meta = body["metadata"]
+    for action in actions:
+        if isinstance(action, SetStatus):
+            await asyncio.to_thread(
+                rt.store.patch_job_status,
+                job.namespace,
+                job.name,
+                status_patch(action.status),
+                meta.get("resourceVersion"),
+            )
+            after = action.restart_after.isoformat() if action.restart_after else None
+            if after != (meta.get("annotations") or {}).get(ANNOTATION_RESTART_AFTER):
+                await asyncio.to_thread(
+                    rt.store.patch_job_annotations,
+                    job.namespace,
+                    job.name,
+                    {ANNOTATION_RESTART_AFTER: after},
+                )
+        elif isinstance(action, EnsureResources):
+            await _ensure_resources(rt, job, spec, body)
+        elif isinstance(action, CreatePods):
+            alloc = list(action.allocation)
+            slots = P.node_slots(alloc)
+            for index in action.indices:
+                node, count = slots[index]
+                env = P.worker_env(job, action.group, alloc, index, CONFIG.api_url)
+                pod = P.build_pod(
+                    job, spec, group=action.group, index=index, node=node, replicas=count, env=env
+                )
+                await asyncio.to_thread(rt.store.create, pod)
+        elif isinstance(action, DeletePods):
+            for name in action.names:
+                await asyncio.to_thread(rt.store.delete_pod, job.namespace, name, action.grace_s)
+        elif isinstance(action, EmitEvent):
+            _event(body, action.type, action.reason, action.message)
+
+
+async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationError) -> None:
+    status = _status_of(body)
+    if status.phase == Phase.FAILED:
+        return
+    message = "; ".join(
+        f"{'.'.join(str(x) for x in e['loc']) or 'spec'}: {e['msg']}" for e in error.errors()
+    )
+    status.phase, status.reason, status.message = Phase.FAILED, "InvalidSpec", message
+    status.conditions = [
+        Condition(
+            type="Failed",
+            status="True",
+            reason="InvalidSpec",
+            message=message,
+            last_transition_time=_now(),
+        )
+    ]
+    meta = body["metadata"]
+    await asyncio.to_thread(
+        rt.store.patch_job_status, meta["namespace"], meta["name"], status_patch(status), None
+    )
+    _event(body, "Warning", "InvalidSpec", message)
+
+
+async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
+    """Read the job and its pods, compute the step, execute it; retried on conflicts."""
+    namespace = namespace or ""
+    async with rt.lock(f"{namespace}/{name}"):
+        for _ in range(5):
+            body = await asyncio.to_thread(rt.store.get_job, namespace, name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return
+            body["metadata"].setdefault("namespace", namespace)
+            try:
+                spec = AdaptiveJobSpec.model_validate(body.get("spec") or {})
+            except ValidationError as exc:
+                await _fail_invalid(rt, body, exc)
+                return
+            raw_pods = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
+            observed = Observed(
+                pods=classify_all(raw_pods),
+                desired=desired_allocation(body),
+                restart_after=_restart_after(body),
+            )
+            actions = reconcile(spec, _status_of(body), observed, _now(), CONFIG.timing)
+            try:
+                await _execute(rt, body, spec, actions)
+            except Conflict:
+                continue
+            return
+        log.warning("gave up reconciling %s/%s after repeated conflicts", namespace, name)
+
+
+# ------------------------------------------------------------------------ the scheduling round
+
+
+async def run_round(rt: Runtime, *, force: bool = False) -> bool:
+    """One scheduling round over every job, unless one ran recently (or is running)."""
+    if rt.round_lock.locked():
+        return False
+    async with rt.round_lock:
+        if not force and time.monotonic() - rt.rounds.last < CONFIG.round_interval_s:
+            return False
+        rt.rounds.last = time.monotonic()
+        store = rt.store
+        if CONFIG.namespaces:
+            jobs = []
+            for ns in CONFIG.namespaces:
+                jobs += await asyncio.to_thread(store.list_jobs, ns)
+        else:
+            jobs = await asyncio.to_thread(store.list_jobs, None)
+        node_objs = await asyncio.to_thread(store.list_nodes)
+        all_pods = await asyncio.to_thread(store.list_all_pods)
+        nodes = nodes_from_objects(
+            node_objs, all_pods, resource=CONFIG.gpu_resource, selector=CONFIG.node_selector
+        )
+        started = time.perf_counter()
+        result = await asyncio.to_thread(plan, rt.policy, jobs, nodes, _now())
+        rt.rounds.durations_s.append(time.perf_counter() - started)
+        for key, alloc in result.changed.items():
+            ns, name = key.split("/", 1)
+            await asyncio.to_thread(
+                store.patch_job_annotations,
+                ns,
+                name,
+                {P.ANNOTATION_ALLOCATION: json.dumps(alloc)},
+            )
+        return True
+
+
+# ------------------------------------------------------------------------ kopf wiring
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Keep kopf's bookkeeping in annotations: the structural status schema would prune it.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="adl.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="adl.dev", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    memo.runtime = Runtime(KubeStore(), CONFIG.policy_factory())
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def on_job_event(
+    type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        return
+    rt: Runtime = memo.runtime
+    status = body.get("status") or {}
+    if desired_allocation(dict(body)) is None and status.get("phase") not in (
+        "Succeeded",
+        "Failed",
+    ):
+        await run_round(rt, force=True)  # a new job should not wait a whole round interval
+    await reconcile_job(rt, namespace, name)
+
+
+@kopf.on.event("", "v1", "pods", labels={P.LABEL_JOB: kopf.PRESENT})
+async def on_pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    job = (body.get("metadata", {}).get("labels") or {}).get(P.LABEL_JOB)
+    if job:
+        await reconcile_job(memo.runtime, namespace, job)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=1.0, idle=None)
+async def tick(
+    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    """Cheap unless something is due: the round, or the end of a restart backoff."""
+    rt: Runtime = memo.runtime
+    await run_round(rt)
+    after = _restart_after(dict(body))
+    if after is not None and _now() >= after:
+        await reconcile_job(rt, namespace, name)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def on_delete(
+    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    """Stop the workers gracefully; Service, Secret and claim go with the owner references."""
+    rt: Runtime = memo.runtime
+    assert namespace is not None
+    grace = int((body.get("spec") or {}).get("terminationGracePeriodSeconds", 60))
+    async with rt.lock(f"{namespace}/{name}"):
+        pods = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
+        for pod in pods:
+            if not pod["metadata"].get("deletionTimestamp"):
+                await asyncio.to_thread(
+                    rt.store.delete_pod, namespace, pod["metadata"]["name"], grace
+                )
+    rt.locks.pop(f"{namespace}/{name}", None)

@@ -1,0 +1,166 @@
+"""The scheduling round on Kubernetes: the GPU pool from Node objects, the jobs from their CRD
+status, and the policy's answer turned into per-job desired allocations. Pure functions; the
+handlers fetch the objects and run ``plan`` in a worker thread (the optimization can take a
+while and must not block kopf's event loop)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
+from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
+from adl.sched.hints import remaining_seconds, speedup_from_hints
+from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
+
+_SCHEDULE_EFFECTS = {"NoSchedule", "NoExecute"}
+
+
+def _quantity(value: Any) -> int:
+    """Whole devices from a resource quantity ("2", 2, "2000m")."""
+    if value is None:
+        return 0
+    text = str(value)
+    if text.endswith("m"):
+        return int(text[:-1]) // 1000
+    return int(float(text))
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return True  # no conditions reported (e.g. a fake API server): assume ready
+
+
+def gpus_used_by_others(
+    pods: Sequence[Mapping[str, Any]], resource: str = GPU_RESOURCE
+) -> dict[str, int]:
+    """GPUs requested per node by live pods that adl does not manage."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        node = (pod.get("spec") or {}).get("nodeName")
+        if LABEL_JOB in labels or not node or phase in ("Succeeded", "Failed"):
+            continue
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            res = c.get("resources") or {}
+            want = (res.get("limits") or {}).get(
+                resource, (res.get("requests") or {}).get(resource)
+            )
+            used[node] = used.get(node, 0) + _quantity(want)
+    return used
+
+
+def nodes_from_objects(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    resource: str = GPU_RESOURCE,
+    selector: Mapping[str, str] | None = None,
+) -> list[NodeInfo]:
+    """Schedulable nodes with their free GPUs: allocatable minus non-adl requests; cordoned,
+    not-ready, tainted (NoSchedule/NoExecute) and unselected nodes are left out."""
+    used = gpus_used_by_others(pods, resource)
+    out: list[NodeInfo] = []
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        spec = node.get("spec") or {}
+        labels = meta.get("labels") or {}
+        if selector and any(labels.get(k) != v for k, v in selector.items()):
+            continue
+        if spec.get("unschedulable") or not _ready(node):
+            continue
+        if any(t.get("effect") in _SCHEDULE_EFFECTS for t in spec.get("taints") or []):
+            continue
+        allocatable = _quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource))
+        free = allocatable - used.get(meta["name"], 0)
+        if free > 0:
+            preemptible = labels.get("adl.dev/preemptible") == "true"
+            out.append(NodeInfo(name=meta["name"], gpus=free, preemptible=preemptible))
+    return sorted(out, key=lambda n: n.name)
+
+
+def job_key(body: Mapping[str, Any]) -> str:
+    meta = body["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def desired_allocation(body: Mapping[str, Any]) -> list[str] | None:
+    """The scheduler's latest answer for this job, kept in an annotation; None before any."""
+    raw = ((body.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ALLOCATION)
+    if raw is None:
+        return None
+    value = json.loads(raw)
+    return [str(n) for n in value] if isinstance(value, list) else None
+
+
+def _created(body: Mapping[str, Any]) -> datetime | None:
+    ts = (body.get("metadata") or {}).get("creationTimestamp")
+    if not ts:
+        return None
+    return datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+
+
+def job_info(body: Mapping[str, Any], now: datetime, order: int) -> JobInfo | None:
+    """The policy's view of one job, or None when the job takes no part (finished, suspended,
+    invalid)."""
+    try:
+        spec = AdaptiveJobSpec.model_validate(body.get("spec") or {})
+        status = AdaptiveJobStatus.model_validate(body.get("status") or {})
+    except ValueError:
+        return None
+    if spec.suspend or status.phase.finished:
+        return None
+    created = _created(body)
+    speedup = speedup_from_hints(status.hints)
+    hints = status.hints
+    return JobInfo(
+        name=job_key(body),
+        speedup=speedup,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        weight=spec.weight,
+        age_s=max((now - created).total_seconds(), 0.0) if created else 0.0,
+        restarts=status.restart_count(),
+        restart_cost_s=(hints.restart_cost_s if hints and hints.restart_cost_s else 30.0),
+        attained_service_s=status.attained_service_s,
+        remaining_s=remaining_seconds(hints, speedup),
+        max_profiled_replicas=hints.max_profiled_replicas if hints else 0,
+        preemptible=spec.preemptible,
+        gpus_per_replica=spec.gpus_per_replica,
+        submit_order=order,
+    )
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    allocation: Allocation
+    changed: dict[str, list[str]]  # job key -> new desired allocation (only the changed ones)
+
+
+def plan(
+    policy: Policy, jobs: Sequence[Mapping[str, Any]], nodes: Sequence[NodeInfo], now: datetime
+) -> RoundResult:
+    """Run the policy over all jobs; report which jobs' desired allocations changed."""
+    ordered = sorted(jobs, key=lambda b: (_created(b) or now, job_key(b)))
+    infos, previous, current = [], {}, {}
+    for order, body in enumerate(ordered):
+        info = job_info(body, now, order)
+        key = job_key(body)
+        current[key] = desired_allocation(body)
+        if info is None:
+            continue
+        infos.append(info)
+        previous[key] = list((body.get("status") or {}).get("allocation") or [])
+    allocation = policy.optimize(infos, nodes, previous) if infos else {}
+    changed = {}
+    for info in infos:
+        want = list(allocation.get(info.name, []))
+        if current.get(info.name) != want:
+            changed[info.name] = want
+    return RoundResult(allocation=allocation, changed=changed)

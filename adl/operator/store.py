@@ -1,0 +1,169 @@
+"""Kubernetes API access for the operator: the CRD status is the only state store.
+
+Thin, synchronous wrappers over the official client (called from the event loop through
+``asyncio.to_thread``). Every call here is one of ``adl.operator.permissions``; label-selected
+lists are re-filtered locally (a fake API server may ignore selectors), creates tolerate
+"already exists" so that repeated actions are idempotent, and status writes carry the
+resourceVersion read with the job so a concurrent writer causes a retry, not a lost update.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from adl.operator.crd import GROUP, PLURAL, VERSION
+from adl.operator.pods import matches_selector
+
+T = TypeVar("T")
+MERGE = "application/merge-patch+json"
+
+#: Environment variable naming the API server URL directly (tests, local development).
+KUBE_URL_ENV = "ADL_KUBE_URL"
+
+
+class Conflict(RuntimeError):
+    """The object changed since it was read (HTTP 409 on an update)."""
+
+
+def api_client() -> client.ApiClient:
+    """A client for in-cluster, ``$ADL_KUBE_URL`` (insecure, tests) or the kubeconfig."""
+    url = os.environ.get(KUBE_URL_ENV)
+    if url:
+        cfg = client.Configuration()
+        cfg.host = url
+        cfg.verify_ssl = False
+        return client.ApiClient(cfg)
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def retry_on_conflict(fn: Callable[[], T], attempts: int = 5) -> T:
+    """Run ``fn`` (which must re-read what it writes) again when it hits a conflict."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Conflict:
+            if attempt == attempts - 1:
+                raise
+        except ApiException as exc:
+            if exc.status != 409 or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _plain(obj: Any, api: client.ApiClient) -> Any:
+    return obj if isinstance(obj, dict) or obj is None else api.sanitize_for_serialization(obj)
+
+
+class KubeStore:
+    """The operator's view of the cluster."""
+
+    def __init__(self, api: client.ApiClient | None = None) -> None:
+        self.api = api or api_client()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    # -------------------------------------------------------------- AdaptiveJobs
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: Any = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj)
+
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        out: Any
+        if namespace:
+            out = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        else:
+            out = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        return list(out.get("items") or [])
+
+    def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
+    ) -> None:
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(f"{namespace}/{name} changed while being reconciled") from exc
+            raise
+
+    def patch_job_annotations(
+        self, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> None:
+        body = {"metadata": {"annotations": annotations}}
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE
+        )
+
+    # -------------------------------------------------------------- children
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        out = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        pods = [_plain(p, self.api) for p in out.items]
+        return [p for p in pods if matches_selector(p["metadata"].get("labels") or {}, selector)]
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        """Create a namespaced core object; False when it already exists."""
+        ns = obj["metadata"]["namespace"]
+        creators: dict[str, Callable[..., Any]] = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "Secret": self.core.create_namespaced_secret,
+            "PersistentVolumeClaim": self.core.create_namespaced_persistent_volume_claim,
+        }
+        try:
+            creators[obj["kind"]](ns, obj)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_s)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _plain(self.core.read_namespaced_secret(name, namespace), self.api)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = self.core.read_namespaced_persistent_volume_claim(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return _plain(obj, self.api)
+
+    # -------------------------------------------------------------- the GPU pool
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return [_plain(n, self.api) for n in self.core.list_node().items]
+
+    def list_all_pods(self) -> list[dict[str, Any]]:
+        return [_plain(p, self.api) for p in self.core.list_pod_for_all_namespaces().items]
