@@ -1,0 +1,211 @@
+"""Gradient noise estimation: unbiased ``sqr`` (|true gradient|^2) and noise trace per sample.
+
+A mean gradient over ``b`` samples satisfies ``E|g_b|^2 = sqr + tr / b`` where ``tr`` is the trace
+of the per-sample gradient covariance. Two squared norms measured at two batch sizes (a local
+micro-gradient before averaging and the averaged gradient after) give two linear equations whose
+solution is unbiased for ``sqr`` and ``tr``. With a single micro-gradient per step, two
+consecutive steps play the part of two replicas.
+
+Everything stays in float32 tensors on the gradients' device and is batched over parameters
+(``torch._foreach_norm``); the host only sees a copy taken asynchronously and read lazily, so the
+training loop never waits on the device for statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from adl.sched.goodput import GradParams
+
+Tensor = torch.Tensor
+
+
+def unbiased_estimates(
+    local_sq: Tensor, local_bsz: float, global_sq: Tensor, global_bsz: float
+) -> tuple[Tensor, Tensor]:
+    """Solve ``E|g_b|^2 = sqr + tr/b`` at ``b = local_bsz`` and ``b = global_bsz``.
+
+    Returns ``(sqr, tr)``; works elementwise (one entry per parameter group).
+    """
+    b, big = float(local_bsz), float(global_bsz)
+    if not 0 < b < big:
+        raise ValueError(f"need 0 < local_bsz < global_bsz, got {b} and {big}")
+    sqr = (big * global_sq - b * local_sq) / (big - b)
+    tr = (local_sq - global_sq) / (1.0 / b - 1.0 / big)
+    return sqr, tr
+
+
+def grouped_sq_norms(grads: Sequence[Tensor], group_index: Tensor | None, groups: int) -> Tensor:
+    """Squared L2 norm of ``grads`` summed per parameter group, as float32 ``(groups,)``.
+
+    One batched kernel for the norms; ``group_index[i]`` is the group of ``grads[i]`` (``None``
+    means everything is in group 0).
+    """
+    if not grads:
+        raise ValueError("no gradients to measure")
+    norms = torch._foreach_norm(list(grads), 2, torch.float32)
+    sq = torch.stack(norms).square()
+    if groups == 1 or group_index is None:
+        return sq.sum().reshape(1)
+    out = torch.zeros(groups, dtype=torch.float32, device=sq.device)
+    return out.index_add_(0, group_index, sq)
+
+
+class HostMirror:
+    """A lagged host copy of a small device tensor: pushed without blocking, read when ready."""
+
+    def __init__(self, numel: int, device: torch.device) -> None:
+        self._cuda = device.type == "cuda"
+        self._buf = torch.zeros(numel, dtype=torch.float32, pin_memory=self._cuda)
+        self._event: Any = torch.cuda.Event() if self._cuda else None
+        self._value: list[float] | None = None
+        self._pushed = False
+
+    def push(self, value: Tensor) -> None:
+        self._buf.copy_(value.detach().reshape(-1), non_blocking=self._cuda)
+        if self._cuda:
+            self._event.record()
+        self._pushed = True
+
+    def read(self, wait: bool = False) -> list[float] | None:
+        """Latest completed copy (``wait`` blocks for the one in flight, e.g. at checkpoints)."""
+        if self._pushed:
+            if self._cuda and not wait and not self._event.query():
+                return self._value
+            if self._cuda:
+                self._event.synchronize()
+            self._value = self._buf.tolist()
+            self._pushed = False
+        return self._value
+
+
+class GradientNoiseEstimator:
+    """Exponential averages of ``sqr`` and ``tr`` per parameter group, memory in samples.
+
+    The decay per update is ``exp(-batch / memory_samples)``, so a run at a 4x larger batch
+    forgets as fast per sample as the base run; the average is bias-corrected by its weight.
+    """
+
+    def __init__(
+        self,
+        groups: int = 1,
+        device: torch.device | str = "cpu",
+        memory_samples: float = 10_000.0,
+    ) -> None:
+        if groups < 1:
+            raise ValueError("need at least one parameter group")
+        if memory_samples <= 0:
+            raise ValueError("memory_samples must be positive")
+        self.groups = groups
+        self.device = torch.device(device)
+        self.memory_samples = float(memory_samples)
+        # [sqr per group..., tr per group..., weight]
+        self._state = torch.zeros(2 * groups + 1, dtype=torch.float32, device=self.device)
+        self._mirror = HostMirror(2 * groups + 1, self.device)
+        self._prev: list[Tensor] | None = None
+        self._prev_sq: Tensor | None = None
+        self._prev_bsz: float | None = None
+        self.updates = 0
+
+    # ------------------------------------------------------------------ device-side updates
+
+    def update(
+        self, local_sq: Tensor, local_bsz: float, global_sq: Tensor, global_bsz: float
+    ) -> None:
+        """Fold one observation into the averages; non-finite observations are ignored."""
+        sqr, tr = unbiased_estimates(local_sq, local_bsz, global_sq, global_bsz)
+        obs = torch.cat([sqr, tr, torch.ones(1, dtype=torch.float32, device=self.device)])
+        theta = math.exp(-float(global_bsz) / self.memory_samples)
+        new = theta * self._state + (1.0 - theta) * obs
+        ok = torch.isfinite(obs).all()
+        self._state = torch.where(ok, new, self._state)
+        self.updates += 1
+
+    def observe_consecutive(
+        self, grads: Sequence[Tensor], group_index: Tensor | None, batch_size: float
+    ) -> None:
+        """Single-micro-gradient path: pair this step's gradient with the previous one."""
+        cur_sq = grouped_sq_norms(grads, group_index, self.groups)
+        prev = self._prev
+        if (
+            prev is not None
+            and self._prev_sq is not None
+            and self._prev_bsz == batch_size
+            and len(prev) == len(grads)
+        ):
+            summed = torch._foreach_add(list(grads), prev)
+            mean_sq = grouped_sq_norms(summed, group_index, self.groups) / 4.0
+            local_sq = (cur_sq + self._prev_sq) / 2.0
+            self.update(local_sq, batch_size, mean_sq, 2.0 * batch_size)
+            torch._foreach_copy_(prev, list(grads))
+        else:
+            self._prev = [g.detach().clone() for g in grads]
+        self._prev_sq = cur_sq
+        self._prev_bsz = float(batch_size)
+
+    def forget_previous(self) -> None:
+        """Drop the stored gradient (e.g. after a batch-size change or a skipped step)."""
+        self._prev = None
+        self._prev_sq = None
+        self._prev_bsz = None
+
+    def publish(self) -> None:
+        """Start an asynchronous copy of the averages to the host."""
+        self._mirror.push(self._state)
+
+    # ------------------------------------------------------------------ host-side reads
+
+    def _host(self, wait: bool = False) -> list[float] | None:
+        vals = self._mirror.read(wait=wait)
+        if vals is None or vals[-1] <= 0.0:
+            return None
+        return vals
+
+    def sqr_tr(self, wait: bool = False) -> tuple[list[float], list[float]] | None:
+        """Bias-corrected ``(sqr, tr)`` per group from the latest host copy, or None."""
+        vals = self._host(wait)
+        if vals is None:
+            return None
+        w, g = vals[-1], self.groups
+        return [v / w for v in vals[:g]], [v / w for v in vals[g : 2 * g]]
+
+    def grad_params(self, init_batch_size: float, wait: bool = False) -> GradParams | None:
+        """Whole-model statistics in the scheduler's terms (``var`` is the noise at B0)."""
+        est = self.sqr_tr(wait)
+        if est is None:
+            return None
+        sqr, tr = est
+        return GradParams(sqr=max(sum(sqr), 0.0), var=max(sum(tr) / init_batch_size, 0.0))
+
+    def group_grad_params(self, init_batch_size: float, wait: bool = False) -> list[GradParams]:
+        """Per-group statistics (empty until the first observation reaches the host)."""
+        est = self.sqr_tr(wait)
+        if est is None:
+            return []
+        return [
+            GradParams(sqr=max(s, 0.0), var=max(t / init_batch_size, 0.0))
+            for s, t in zip(*est, strict=True)
+        ]
+
+    # ------------------------------------------------------------------ checkpointing
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "groups": self.groups,
+            "memory_samples": self.memory_samples,
+            "state": [float(v) for v in self._state.tolist()],
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if int(state["groups"]) != self.groups:
+            raise ValueError(f"checkpoint has {state['groups']} groups, model has {self.groups}")
+        self.memory_samples = float(state["memory_samples"])
+        self._state = torch.tensor(state["state"], dtype=torch.float32, device=self.device)
+        self.updates = int(state["updates"])
+        self.forget_previous()
+        self.publish()

@@ -1,0 +1,434 @@
+"""AdaptiveDataParallel: DDP plus gradient-noise statistics, LR scaling and step profiling.
+
+Usage is that of DDP: wrap the model, then train as usual (``loss.backward(); optimizer.step()``,
+or through a GradScaler). The optimizer's ``step`` is wrapped so that, on every synchronizing
+step, the library:
+
+1. averages accumulated gradients over the micro-batches of the step (the loss is expected to be
+   a mean over its micro-batch, as usual), so the update is that of one big batch;
+2. measures the gradient's squared norm per parameter group and, against a local gradient taken
+   before averaging (a DDP comm hook sees each bucket before the all-reduce; with accumulation,
+   the first micro-batch's gradient; alone, the previous step), updates the noise estimate;
+3. multiplies each group's learning rate by the scaling rule's factor for the step only;
+4. counts progress in scale-invariant steps and, if given a scheduler, steps it once per
+   scale-invariant step.
+
+Statistics stay on the device; the LR factor uses the latest host copy (at most a step old).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import math
+import os
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from adl.client_lib.gns import GradientNoiseEstimator, grouped_sq_norms
+from adl.client_lib.profile import Profile
+from adl.client_lib.reporter import HintsReporter, build_hints
+from adl.client_lib.scaling import Progress, ScalingRule, adascale_gain, default_rule
+from adl.models import Hints
+from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams
+
+log = logging.getLogger(__name__)
+
+Tensor = torch.Tensor
+
+
+# ---------------------------------------------------------------------------- job context access
+
+
+def _context() -> Any | None:
+    """The process-wide job context, when the in-job library has one (else None)."""
+    try:
+        ctx_mod = importlib.import_module("adl.client_lib.context")
+    except ImportError:
+        return None
+    getter = getattr(ctx_mod, "get_context", None)
+    if getter is None:
+        return None
+    try:
+        return getter()
+    except Exception:  # no process group initialized yet: run without one
+        return None
+
+
+def _ctx_attr(ctx: Any | None, name: str, default: Any) -> Any:
+    if ctx is None:
+        return default
+    value = getattr(ctx, name, None)
+    return default if value is None else value
+
+
+def _first_batch_dim(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+        if isinstance(value, (list, tuple)):
+            found = _first_batch_dim(tuple(value), {})
+            if found is not None:
+                return found
+        if isinstance(value, dict):
+            found = _first_batch_dim((), value)
+            if found is not None:
+                return found
+    return None
+
+
+# ---------------------------------------------------------------------------- the wrapper
+
+
+class AdaptiveDataParallel(nn.Module):
+    """Data-parallel training that adapts its learning rate to the batch size it is given."""
+
+    _model: nn.Module
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        lr_scheduler: Any | None = None,
+        scaling_rule: ScalingRule | None = None,
+        grad_scaler: Any | None = None,
+        *,
+        init_batch_size: int | None = None,
+        memory_samples: float | None = None,
+        name: str = "adaptive_data_parallel",
+        report: bool = True,
+        **ddp_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.scaling_rule = scaling_rule or default_rule(optimizer)
+        self.grad_scaler = grad_scaler
+        self.name = name
+        self._ctx = _context()
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.num_nodes = int(
+            _ctx_attr(self._ctx, "num_nodes", os.environ.get("ADL_NUM_NODES", "1"))
+        )
+        self._init_batch_size = init_batch_size
+
+        # Parameters as the optimizer sees them, with their group index.
+        self._params: list[nn.Parameter] = []
+        groups: list[int] = []
+        for gi, group in enumerate(optimizer.param_groups):
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._params.append(p)
+                    groups.append(gi)
+        if not self._params:
+            raise ValueError("the optimizer holds no trainable parameters")
+        self._groups = len(optimizer.param_groups)
+        device = self._params[0].device
+        self._group_of = {id(p): g for p, g in zip(self._params, groups, strict=True)}
+        self._group_index = torch.tensor(groups, dtype=torch.long, device=device)
+
+        memory = memory_samples if memory_samples is not None else 1000.0 * (init_batch_size or 32)
+        self.gns = GradientNoiseEstimator(self._groups, device, memory_samples=memory)
+        self.progress = Progress()
+        self.profile = Profile()
+        self._sched_ticks = 0
+        self._last_factors: list[float] = [1.0] * self._groups
+        self._last_gain = 1.0
+
+        # Per-step bookkeeping (reset at the first micro-step of every optimizer step).
+        self._micro = 0
+        self._new_cycle = True
+        self._cycle_bsz: int | None = None
+        self._pending_local: Tensor | None = None
+        self._hook_sq = torch.zeros(self._groups, dtype=torch.float32, device=device)
+        self._hook_seen = False
+        self._bucket_index: dict[tuple[int, int, int], Tensor] = {}
+
+        if self.world_size > 1:
+            self.module: nn.Module = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
+            self.module.register_comm_hook(None, self._comm_hook)
+        else:
+            self.module = model
+        self.__dict__["_model"] = model  # reachable, but not a second registered submodule
+        self._patch_optimizer()
+        self._register_checkpoint()
+        self.reporter: HintsReporter | None = None
+        if report and self.rank == 0:
+            self.reporter = HintsReporter.from_env(self.hints)
+            if self.reporter is not None:
+                self.reporter.start()
+        self._register_goodput_provider()
+
+    # ------------------------------------------------------------------ forward
+
+    def _sync_now(self) -> bool:
+        flag = _ctx_attr(_context() or self._ctx, "is_sync_step", True)
+        return bool(flag() if callable(flag) else flag)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not (torch.is_grad_enabled() and self.training):
+            return self.module(*args, **kwargs)
+        sync = self._sync_now()
+        if self._new_cycle:
+            self._start_cycle()
+        elif self._micro == 1:
+            self._capture_first_micro()
+        bsz = _first_batch_dim(args, kwargs) or int(_ctx_attr(self._ctx, "local_bsz", 0)) or 1
+        if self._cycle_bsz is None:
+            self._cycle_bsz = bsz
+        self.profile.tick((self.num_nodes, self.world_size, self._cycle_bsz), sync)
+        self._micro += 1
+        self._new_cycle = sync
+        if self.world_size > 1 and not sync:
+            ddp = self.module
+            assert isinstance(ddp, nn.parallel.DistributedDataParallel)
+            with ddp.no_sync():
+                return ddp(*args, **kwargs)
+        return self.module(*args, **kwargs)
+
+    def _start_cycle(self) -> None:
+        self._micro = 0
+        self._cycle_bsz = None
+        self._pending_local = None
+        if self._hook_seen:
+            self._hook_sq.zero_()
+            self._hook_seen = False
+
+    def _capture_first_micro(self) -> None:
+        """Gradients after the first micro-batch of an accumulating step are one micro-gradient."""
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if grads:
+            self._pending_local = grouped_sq_norms(grads, self._index_for(grads), self._groups)
+
+    def _index_for(self, grads: list[Tensor]) -> Tensor | None:
+        if self._groups == 1:
+            return None
+        if len(grads) == len(self._params):
+            return self._group_index
+        present = [self._group_of[id(p)] for p in self._params if p.grad is not None]
+        return torch.tensor(present, dtype=torch.long, device=self._group_index.device)
+
+    # ------------------------------------------------------------------ DDP comm hook
+
+    def _comm_hook(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
+        buf = bucket.buffer()
+        if self._micro == 1:  # no accumulation this step: the bucket is one micro-gradient
+            if self._groups == 1:
+                sq = torch.linalg.vector_norm(buf, dtype=torch.float32).square().reshape(1)
+            else:
+                grads = bucket.gradients()
+                sq = grouped_sq_norms(grads, self._bucket_groups(bucket), self._groups)
+            self._hook_sq.add_(sq)
+            self._hook_seen = True
+        buf.div_(self.world_size)
+        fut = dist.all_reduce(buf, async_op=True).get_future()
+        return fut.then(lambda f: f.value()[0])
+
+    def _bucket_groups(self, bucket: dist.GradBucket) -> Tensor:
+        params = bucket.parameters()
+        key = (bucket.index(), len(params), id(params[0]))
+        index = self._bucket_index.get(key)
+        if index is None:
+            index = torch.tensor(
+                [self._group_of.get(id(p), 0) for p in params],
+                dtype=torch.long,
+                device=self._group_index.device,
+            )
+            self._bucket_index[key] = index
+        return index
+
+    # ------------------------------------------------------------------ optimizer step
+
+    def _patch_optimizer(self) -> None:
+        original = self.optimizer.step
+        adp = self
+
+        def step(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            opt._opt_called = True  # type: ignore[attr-defined]  # LR-scheduler order check
+            return adp._optimizer_step(original, *args, **kwargs)
+
+        if hasattr(original, "_wrapped_by_lr_sched"):
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined,unused-ignore]
+        functools.update_wrapper(step, original, assigned=("__doc__",), updated=())
+        self.optimizer.step = types.MethodType(step, self.optimizer)  # type: ignore[method-assign]
+
+    def _inv_scale_sq(self) -> Tensor | None:
+        scaler = self.grad_scaler
+        if scaler is None or not scaler.is_enabled():
+            return None
+        scale = getattr(scaler, "_scale", None)
+        if scale is None:
+            return None
+        return scale.double().reciprocal().square().float()
+
+    def _optimizer_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        grads = [p.grad for p in self._params if p.grad is not None]
+        micro = max(self._micro, 1)
+        m = self._cycle_bsz or 1
+        batch = self.world_size * m * micro
+        if self._init_batch_size is None:
+            self._init_batch_size = batch
+        if grads:
+            if micro > 1:
+                torch._foreach_mul_(grads, 1.0 / micro)
+            self._observe(grads, micro, m, batch)
+        scale = batch / self.init_batch_size
+        b0 = self.init_batch_size
+        group_stats: list[GradParams | None] = list(self.gns.group_grad_params(b0))
+        if not group_stats:
+            group_stats = [None] * self._groups
+        factors = self.scaling_rule.factors(scale, group_stats, self.progress)
+        saved = [group["lr"] for group in self.optimizer.param_groups]
+        for group, factor in zip(self.optimizer.param_groups, factors, strict=True):
+            group["lr"] = group["lr"] * factor
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            for group, lr in zip(self.optimizer.param_groups, saved, strict=True):
+                group["lr"] = lr
+        self._last_factors = list(factors)
+        self._last_gain = adascale_gain(scale, self.gns.grad_params(b0))
+        self.progress.advance(self._last_gain, batch)
+        if self.lr_scheduler is not None:
+            target = math.floor(self.progress.progress)
+            while self._sched_ticks < target:
+                self.lr_scheduler.step()
+                self._sched_ticks += 1
+        return result
+
+    def _observe(self, grads: list[Tensor], micro: int, m: int, batch: int) -> None:
+        index = self._index_for(grads)
+        global_sq = grouped_sq_norms(grads, index, self._groups)
+        inv = self._inv_scale_sq()
+        local: Tensor | None = None
+        if micro > 1 and self._pending_local is not None:
+            local = self._pending_local
+        elif micro == 1 and self.world_size > 1 and self._hook_seen:
+            local = self._hook_sq.clone()
+        if local is not None and m < batch:
+            self.gns.update(local * inv if inv is not None else local, m, global_sq, batch)
+        elif micro == 1 and self.world_size == 1:
+            self.gns.observe_consecutive(grads, index, batch)
+        self.gns.publish()
+
+    # ------------------------------------------------------------------ what others read
+
+    @property
+    def init_batch_size(self) -> int:
+        b0 = self._init_batch_size or _ctx_attr(self._ctx, "init_batch_size", None)
+        return int(b0) if b0 else 1
+
+    @property
+    def gain(self) -> float:
+        """AdaScale gain of the last step (scale-invariant steps it was worth)."""
+        return self._last_gain
+
+    @property
+    def lr_factors(self) -> list[float]:
+        """LR multipliers applied to each parameter group at the last step."""
+        return list(self._last_factors)
+
+    def grad_params(self, wait: bool = False) -> GradParams | None:
+        return self.gns.grad_params(self.init_batch_size, wait=wait)
+
+    def goodput_fn(self, bounds: BatchBounds) -> GoodputFunction | None:
+        """Goodput of this job for the data loader's batch-size choice (None until profiled)."""
+        return self.profile.goodput_fn(self.grad_params(), bounds)
+
+    def hints(self) -> Hints | None:
+        """The scheduler hints for the current state of this job (rank 0 reports them)."""
+        bounds = _ctx_attr(_context() or self._ctx, "batch_bounds", None)
+        return build_hints(
+            init_batch_size=self.init_batch_size,
+            bounds=bounds if isinstance(bounds, BatchBounds) else None,
+            perf=self.profile.perf_params(),
+            grad=self.grad_params(),
+            progress=self.progress.progress,
+            max_profiled_replicas=self.profile.max_profiled_replicas(),
+            batch_size=self.world_size * (self._cycle_bsz or 0) * max(self._micro, 1) or None,
+            local_bsz=self._cycle_bsz,
+            accum_steps=max(self._micro - 1, 0),
+        )
+
+    def close(self) -> None:
+        """Stop the background reporter (also done at interpreter exit: the thread is a daemon)."""
+        if self.reporter is not None:
+            self.reporter.stop()
+
+    # ------------------------------------------------------------------ checkpointing
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        return self._model.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self._model.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def adaptive_state_dict(self) -> dict[str, Any]:
+        """Everything to resume: model, optimizer, scheduler, scaler, statistics, progress."""
+        self.gns.publish()
+        state: dict[str, Any] = {
+            "model": self._model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "gns": self.gns.state_dict(),
+            "progress": self.progress.state_dict(),
+            "profile": self.profile.state_dict(),
+            "init_batch_size": self._init_batch_size,
+            "sched_ticks": self._sched_ticks,
+        }
+        if self.lr_scheduler is not None:
+            state["lr_scheduler"] = self.lr_scheduler.state_dict()
+        if self.grad_scaler is not None:
+            state["grad_scaler"] = self.grad_scaler.state_dict()
+        return state
+
+    def load_adaptive_state_dict(self, state: dict[str, Any]) -> None:
+        self._model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.gns.load_state_dict(state["gns"])
+        self.progress.load_state_dict(state["progress"])
+        self.profile.load_state_dict(state["profile"])
+        if state.get("init_batch_size") is not None:
+            self._init_batch_size = int(state["init_batch_size"])
+        self._sched_ticks = int(state.get("sched_ticks", 0))
+        if self.lr_scheduler is not None and "lr_scheduler" in state:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        if self.grad_scaler is not None and "grad_scaler" in state:
+            self.grad_scaler.load_state_dict(state["grad_scaler"])
+
+    def _register_checkpoint(self) -> None:
+        ctx = self._ctx
+        register = getattr(ctx, "register", None) if ctx is not None else None
+        if register is None:
+            return
+        register(_CheckpointState(self))
+
+    def _register_goodput_provider(self) -> None:
+        ctx = self._ctx
+        if ctx is None:
+            return
+        setter = getattr(ctx, "set_goodput_provider", None)
+        if callable(setter):
+            setter(self.goodput_fn)
+        elif hasattr(ctx, "goodput_provider"):
+            ctx.goodput_provider = self.goodput_fn
+
+
+class _CheckpointState:
+    """Adapter between the wrapper and the job's checkpoint registry."""
+
+    def __init__(self, adp: AdaptiveDataParallel) -> None:
+        self._adp = adp
+        self.name = adp.name
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._adp.adaptive_state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._adp.load_adaptive_state_dict(state)

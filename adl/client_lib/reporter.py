@@ -1,0 +1,180 @@
+"""Sends scheduler hints from rank 0 to the adl API, from a background thread.
+
+``PUT $ADL_API_URL/v1/jobs/{ns}/{name}/hints`` with ``Authorization: Bearer <token>`` (the token
+file is re-read for every request so a rotated token is picked up). Reports go out at most once
+per interval. A failing or absent API never reaches the training loop: each report is retried a
+few times with exponential backoff, then logged and left for the next interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import tenacity
+
+from adl.models import GradParamsModel, Hints, PerfParamsModel
+from adl.sched.goodput import BatchBounds, GradParams, PerfParams
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 30.0
+
+
+def build_hints(
+    *,
+    init_batch_size: int,
+    bounds: BatchBounds | None = None,
+    perf: PerfParams | None = None,
+    grad: GradParams | None = None,
+    progress: float = 0.0,
+    total_progress: float | None = None,
+    max_profiled_replicas: int = 0,
+    batch_size: int | None = None,
+    local_bsz: int | None = None,
+    accum_steps: int | None = None,
+    goodput: float | None = None,
+    epoch: int | None = None,
+) -> Hints:
+    """The wire model from the library's own types (pure)."""
+    return Hints(
+        init_batch_size=init_batch_size,
+        max_batch_size=bounds.max_batch_size if bounds else None,
+        local_bsz_bounds=bounds.local_bsz_bounds if bounds else None,
+        gradient_accumulation=bounds.gradient_accumulation if bounds else False,
+        perf_params=PerfParamsModel(**perf._asdict()) if perf is not None else None,
+        grad_params=GradParamsModel(sqr=grad.sqr, var=grad.var) if grad is not None else None,
+        max_profiled_replicas=max_profiled_replicas,
+        progress=max(progress, 0.0),
+        total_progress=total_progress,
+        batch_size=batch_size,
+        local_bsz=local_bsz,
+        accum_steps=accum_steps,
+        goodput=goodput,
+        epoch=epoch,
+    )
+
+
+def hints_url(api_url: str, job: str) -> str:
+    """``ns/name`` -> the job's hints endpoint."""
+    ns, sep, name = job.partition("/")
+    if not sep or not ns or not name:
+        raise ValueError(f"ADL_JOB must be 'namespace/name', got {job!r}")
+    return f"{api_url.rstrip('/')}/v1/jobs/{ns}/{name}/hints"
+
+
+class HintsReporter:
+    """Periodic, failure-tolerant PUT of the hints a provider builds."""
+
+    def __init__(
+        self,
+        provider: Callable[[], Hints | None],
+        url: str,
+        token_file: str | Path | None = None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        timeout_s: float = 5.0,
+        attempts: int = 3,
+        backoff_s: float = 0.5,
+    ) -> None:
+        self.provider = provider
+        self.url = url
+        self.token_file = Path(token_file) if token_file else None
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.attempts = max(attempts, 1)
+        self.backoff_s = backoff_s
+        self.sent = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_env(
+        cls, provider: Callable[[], Hints | None], interval_s: float = DEFAULT_INTERVAL_S
+    ) -> HintsReporter | None:
+        """A reporter for this worker, or None when it is not rank 0 or no API is configured."""
+        api, job = os.environ.get("ADL_API_URL"), os.environ.get("ADL_JOB")
+        if not api or not job or os.environ.get("ADL_RANK", "0") != "0":
+            return None
+        try:
+            url = hints_url(api, job)
+        except ValueError as err:
+            log.warning("not reporting hints: %s", err)
+            return None
+        return cls(provider, url, os.environ.get("ADL_TOKEN_FILE"), interval_s=interval_s)
+
+    # ------------------------------------------------------------------ one report
+
+    def _headers(self) -> dict[str, str]:
+        if self.token_file is None:
+            return {}
+        try:
+            token = self.token_file.read_text().strip()
+        except OSError as err:
+            log.warning("cannot read token file %s: %s", self.token_file, err)
+            return {}
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _sleep(self, seconds: float) -> None:
+        self._stop.wait(seconds)  # stop() cuts a backoff short
+
+    def _put(self, hints: Hints) -> None:
+        response = httpx.put(
+            self.url, json=hints.wire(), headers=self._headers(), timeout=self.timeout_s
+        )
+        response.raise_for_status()
+
+    def report_once(self) -> bool:
+        """Build and send hints now; True on success. Never raises."""
+        try:
+            hints = self.provider()
+        except Exception:
+            log.exception("building hints failed")
+            return False
+        if hints is None:
+            return False
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=tenacity.wait_exponential(multiplier=self.backoff_s, max=self.interval_s),
+            retry=tenacity.retry_if_exception_type(httpx.HTTPError),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            retrying(self._put, hints)
+        except Exception as err:  # the API being down must never stop training
+            self.failed += 1
+            log.warning("reporting hints to %s failed: %s", self.url, err)
+            return False
+        self.sent += 1
+        return True
+
+    # ------------------------------------------------------------------ background thread
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="adl-hints", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.report_once()
+
+    def stop(self, flush: bool = False) -> None:
+        """Stop the thread; ``flush`` sends one last report first (short timeout)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s * self.attempts + 1.0)
+            self._thread = None
+        if flush:
+            self._stop.clear()
+            try:
+                self.report_once()
+            finally:
+                self._stop.set()
