@@ -92,6 +92,7 @@ class Runtime:
         self.locks: dict[str, asyncio.Lock] = {}
         self.round_lock = asyncio.Lock()
         self.rounds = RoundStats()
+        self.exiting = False
 
     def lock(self, key: str) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -285,7 +286,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    # Handlers are short and idempotent: nothing is lost by exiting quickly on shutdown.
+    settings.background.instant_exit_timeout = 0.1
+    settings.queueing.exit_timeout = 0.5
     memo.runtime = Runtime(KubeStore(), CONFIG.policy_factory())
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    runtime = getattr(memo, "runtime", None)
+    if runtime is not None:
+        runtime.exiting = True
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -317,6 +328,8 @@ async def tick(
 ) -> None:
     """Cheap unless something is due: the round, or the end of a restart backoff."""
     rt: Runtime = memo.runtime
+    if rt.exiting:
+        raise asyncio.CancelledError  # end the timer task now (kopf leaves it running ~5 s)
     await run_round(rt)
     after = _restart_after(dict(body))
     if after is not None and _now() >= after:

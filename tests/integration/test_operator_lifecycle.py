@@ -108,3 +108,162 @@ async def test_create_makes_pods_and_service(k8s: Any, policy: ScriptedPolicy, o
         await set_pod_phase(name, "Running")
     await eventually(lambda: status(k8s).get("phase") == "Running", what="Running")
     assert status(k8s)["readyReplicas"] == 3
+
+
+async def delete_pod(name: str) -> None:
+    core = client.CoreV1Api(api_client())
+    await asyncio.to_thread(core.delete_namespaced_pod, name, NS)
+
+
+def alive(k8s: Any) -> set[str]:
+    return set(pods_of(k8s))
+
+
+async def run_group(k8s: Any, names: set[str]) -> None:
+    await eventually(lambda: alive(k8s) == names, what=f"pods {names}")
+    for name in names:
+        await set_pod_phase(name, "Running")
+    await eventually(lambda: status(k8s).get("phase") == "Running", what="Running")
+
+
+async def test_allocation_change_restarts_at_next_group(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator
+) -> None:
+    policy.answer = {KEY: ["node-a", "node-a"]}
+    await submit(job_body())
+    await run_group(k8s, {"train-g1-0"})
+
+    policy.answer = {KEY: ["node-a", "node-b", "node-b"]}
+    await eventually(lambda: alive(k8s) == {"train-g2-0", "train-g2-1"}, what="group 2")
+    pods = pods_of(k8s)
+    assert env_of(pods["train-g2-0"])["ADL_GROUP"] == "2"
+    assert env_of(pods["train-g2-0"])["ADL_WORLD_SIZE"] == "3"
+    assert env_of(pods["train-g2-1"])["ADL_RANK"] == "1"
+    assert env_of(pods["train-g2-1"])["ADL_LOCAL_WORLD_SIZE"] == "2"
+    assert env_of(pods["train-g2-0"])["ADL_MASTER_ADDR"].startswith("train-g2-0.train.")
+    st = status(k8s)
+    assert st["group"] == 2 and st["allocation"] == ["node-a", "node-b", "node-b"]
+    assert st["restarts"] == {"resize": 1}
+    # the old group was deleted, with the spec's grace period, before the new one was created
+    deletes = [r for r in list(k8s) if r.method == "DELETE" and r.name == "train-g1-0"]
+    creates = [r for r in list(k8s) if r.method == "POST" and "g2-" in str(r.data)]
+    assert deletes and creates and deletes[0].id < creates[0].id
+    assert deletes[0].params.get("gracePeriodSeconds") == "60"
+
+
+async def test_failure_backs_off_then_fails_past_max_restarts(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
+) -> None:
+    from adl.operator import handlers
+    from adl.operator.reconcile import Timing
+
+    monkeypatch.setattr(handlers.CONFIG, "timing", Timing(backoff_base_s=1.0))
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body(maxRestarts=1))
+    await run_group(k8s, {"train-g1-0"})
+
+    await set_pod_phase("train-g1-0", "Failed", exit_code=3)
+    failed_at = asyncio.get_running_loop().time()
+    await eventually(lambda: status(k8s).get("restarts") == {"failure": 1}, what="1 failure")
+    assert status(k8s)["phase"] == "Restarting"
+    await eventually(lambda: alive(k8s) == {"train-g2-0"}, what="group 2 after backoff")
+    assert asyncio.get_running_loop().time() - failed_at >= 0.9  # waited for the backoff
+
+    await set_pod_phase("train-g2-0", "Running")
+    await set_pod_phase("train-g2-0", "Failed", exit_code=3)
+    st = await eventually(lambda: status(k8s).get("phase") == "Failed" and status(k8s))
+    assert st["restarts"] == {"failure": 2}
+    assert st["reason"] == "Error" and "maxRestarts=1" in st["message"]
+    assert "exited with code 3" in st["message"]
+    failed = [c for c in st["conditions"] if c["type"] == "Failed"]
+    assert failed and failed[0]["status"] == "True"
+    await asyncio.sleep(1.2)  # no third group, even after another backoff period
+    assert "train-g3-0" not in alive(k8s) and status(k8s)["group"] == 2
+
+
+async def test_image_pull_error_surfaces_as_reason(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator
+) -> None:
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body(maxRestarts=0))
+    await eventually(lambda: alive(k8s) == {"train-g1-0"})
+    core = client.CoreV1Api(api_client())
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "no such image train:1"}}
+    body = {
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "state": waiting,
+                    "image": "train:1",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                }
+            ],
+        }
+    }
+    await asyncio.to_thread(
+        core.patch_namespaced_pod_status, "train-g1-0", NS, body, _content_type=MERGE
+    )
+    st = await eventually(lambda: status(k8s).get("phase") == "Failed" and status(k8s))
+    assert st["reason"] == "ImagePullError" and "no such image" in st["message"]
+
+
+async def test_delete_cleans_up(k8s: Any, policy: ScriptedPolicy, operator: Operator) -> None:
+    policy.answer = {KEY: ["node-a", "node-b"]}
+    await submit(job_body())
+    await run_group(k8s, {"train-g1-0", "train-g1-1"})
+    uid = objects(k8s, "adaptivejobs")["train"]["metadata"]["uid"]
+
+    await asyncio.to_thread(
+        custom().delete_namespaced_custom_object, "adl.dev", "v1", NS, "adaptivejobs", "train"
+    )
+    await eventually(lambda: not alive(k8s), what="pods deleted")
+    await eventually(lambda: "train" not in objects(k8s, "adaptivejobs"), what="job gone")
+    # the rest is garbage-collected by the API server through owner references
+    for plural, name in [
+        ("services", "train"),
+        ("secrets", "train-adl-token"),
+        ("persistentvolumeclaims", "train-checkpoint"),
+    ]:
+        owners = objects(k8s, plural)[name]["metadata"]["ownerReferences"]
+        assert [o["uid"] for o in owners] == [uid]
+
+
+async def test_operator_restarted_mid_resize_converges(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator
+) -> None:
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body())
+    await run_group(k8s, {"train-g1-0"})
+    await operator.stop()
+
+    # The round had asked for a new size and the operator died right after recording the
+    # resize in the status, before stopping group 1.
+    policy.answer = {KEY: ["node-b", "node-b"]}
+    desired = {"metadata": {"annotations": {"adl.dev/allocation": '["node-b", "node-b"]'}}}
+    status_patch = {"status": {"phase": "Restarting", "restarts": {"resize": 1}}}
+    for fn, body in [
+        (custom().patch_namespaced_custom_object, desired),
+        (custom().patch_namespaced_custom_object_status, status_patch),
+    ]:
+        await asyncio.to_thread(
+            fn, "adl.dev", "v1", NS, "adaptivejobs", "train", body, _content_type=MERGE
+        )
+    first_new = len(list(k8s))
+    await operator.start()
+
+    await eventually(lambda: alive(k8s) == {"train-g2-0"}, what="exactly group 2")
+    st = status(k8s)
+    assert st["group"] == 2 and st["restarts"] == {"resize": 1}
+    assert st["allocation"] == ["node-b", "node-b"]
+    later = list(k8s)[first_new:]
+    creates = [r.id for r in later if r.method == "POST" and r.resource.plural == "pods"]
+    delete_g1 = [r.id for r in later if r.method == "DELETE" and r.name == "train-g1-0"]
+    assert delete_g1 and creates and delete_g1[0] < min(creates)  # never two groups at once
+    names = [r.data["metadata"]["name"] for r in later if r.id in creates]
+    assert set(names) == {"train-g2-0"}
+    await asyncio.sleep(0.5)
+    assert alive(k8s) == {"train-g2-0"} and status(k8s)["group"] == 2
