@@ -18,13 +18,14 @@ Statistics stay on the device; the LR factor uses the latest host copy (at most 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
 import math
 import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -144,6 +145,7 @@ class AdaptiveDataParallel(nn.Module):
 
         # Per-step bookkeeping (reset at the first micro-step of every optimizer step).
         self._micro = 0
+        self._accumulating = False
         self._new_cycle = True
         self._cycle_bsz: int | None = None
         self._pending_local: Tensor | None = None
@@ -168,7 +170,21 @@ class AdaptiveDataParallel(nn.Module):
 
     # ------------------------------------------------------------------ forward
 
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Micro-steps run inside accumulate gradients without syncing (as with DDP).
+
+        Only needed without the adaptive data loader, which decides accumulation itself.
+        """
+        previous, self._accumulating = self._accumulating, True
+        try:
+            yield
+        finally:
+            self._accumulating = previous
+
     def _sync_now(self) -> bool:
+        if self._accumulating:
+            return False
         flag = _ctx_attr(_context() or self._ctx, "is_sync_step", True)
         return bool(flag() if callable(flag) else flag)
 
