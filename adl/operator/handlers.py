@@ -285,6 +285,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         prefix="adl.dev", key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
+    # No CRD/namespace watching (it would need cluster-wide CRD access): the chart installs
+    # the CRD before the operator starts.
+    settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     # Handlers are short and idempotent: nothing is lost by exiting quickly on shutdown.
     settings.background.instant_exit_timeout = 0.1

@@ -35,7 +35,7 @@ NAMESPACED_PERMISSIONS: frozenset[Permission] = frozenset(
         *_grant("adl.dev", "adaptivejobs/status", "patch"),
         # owner references with blockOwnerDeletion need update on the owner's finalizers
         *_grant("adl.dev", "adaptivejobs/finalizers", "update"),
-        *_grant("", "pods", "get list watch create delete"),
+        *_grant("", "pods", "list watch create delete"),
         *_grant("", "services", "create"),
         *_grant("", "secrets", "get create"),
         *_grant("", "persistentvolumeclaims", "get create"),
@@ -45,20 +45,20 @@ NAMESPACED_PERMISSIONS: frozenset[Permission] = frozenset(
 
 #: kopf peering (one active operator): namespaced installs use KopfPeering objects.
 NAMESPACED_PEERING: frozenset[Permission] = frozenset(
-    _grant("kopf.dev", "kopfpeerings", "get list watch patch")
+    _grant("kopf.dev", "kopfpeerings", "list watch patch")
 )
 
 #: Needed cluster-wide in every install: the GPU pool, and GPUs used by pods adl does not run.
 CLUSTER_PERMISSIONS: frozenset[Permission] = frozenset(
     [
-        *_grant("", "nodes", "get list watch", CLUSTER),
+        *_grant("", "nodes", "list", CLUSTER),
         *_grant("", "pods", "list", CLUSTER),
     ]
 )
 
 #: kopf peering for cluster-wide installs.
 CLUSTER_PEERING: frozenset[Permission] = frozenset(
-    _grant("kopf.dev", "clusterkopfpeerings", "get list watch patch", CLUSTER)
+    _grant("kopf.dev", "clusterkopfpeerings", "list watch patch", CLUSTER)
 )
 
 

@@ -16,11 +16,14 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from adl import __version__
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.pods import matches_selector
 
 T = TypeVar("T")
 MERGE = "application/merge-patch+json"
+
+USER_AGENT = f"adl-operator/{__version__}"
 
 #: Environment variable naming the API server URL directly (tests, local development).
 KUBE_URL_ENV = "ADL_KUBE_URL"
@@ -68,6 +71,7 @@ class KubeStore:
 
     def __init__(self, api: client.ApiClient | None = None) -> None:
         self.api = api or api_client()
+        self.api.user_agent = USER_AGENT  # lets audits (and tests) tell the operator's calls apart
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 

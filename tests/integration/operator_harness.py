@@ -99,11 +99,12 @@ LOGIN = os.path.join(os.path.dirname(__file__), "operator_login.py")
 class Operator:
     """Start/stop the real operator (KopfRunner thread) against kmock."""
 
-    def __init__(self) -> None:
+    def __init__(self, *flags: str) -> None:
         self.runner: KopfRunner | None = None
+        self.flags = list(flags) or ["--standalone"]
 
     async def start(self) -> None:
-        args = ["run", "--standalone", "-A", "--verbose", "-m", "adl.operator.handlers", LOGIN]
+        args = ["run", *self.flags, "-A", "--verbose", "-m", "adl.operator.handlers", LOGIN]
         self.runner = KopfRunner(args, timeout=30)
         await asyncio.to_thread(self.runner.__enter__)
 

@@ -1,0 +1,146 @@
+"""The Helm chart, rendered and linted offline with helm-python-sdk (no helm binary, no cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from adl.operator import permissions as perms
+
+CHART = Path(__file__).resolve().parents[3] / "charts" / "adl"
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "namespaced": {"namespaced": True, "watchNamespaces": ["team-a", "team-b"]},
+    "servicemonitor": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"r": "p"}}}},
+    "custom-image": {
+        "image": {"repository": "registry.example/adl-op", "tag": "1.2.3", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "regcred"}],
+    },
+    "no-peering": {"peering": {"enabled": False}},
+}
+
+
+def render(values: dict[str, Any], namespace: str = "adl-system") -> list[dict[str, Any]]:
+    with helm.Chart.load(CHART) as chart:
+        chart.validate_schema(values)
+        out = chart.render(values, name="adl", namespace=namespace, is_install=True)
+    docs = []
+    for name, text in out.items():
+        if name.endswith(".txt"):
+            continue
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_strict_lint(variant: str) -> None:
+    report = helm.lint(CHART, VARIANTS[variant], strict=True, namespace="adl-system")
+    assert report["errors"] == [], report
+    assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_renders(variant: str) -> None:
+    docs = render(VARIANTS[variant])
+    (deploy,) = kinds(docs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert pod["serviceAccountName"] == kinds(docs, "ServiceAccount")[0]["metadata"]["name"]
+    (svc,) = kinds(docs, "Service")
+    assert (
+        svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_custom_image_and_pull_secrets() -> None:
+    (deploy,) = kinds(render(VARIANTS["custom-image"]), "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "registry.example/adl-op:1.2.3"
+    assert pod["containers"][0]["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    (default,) = kinds(render({}), "Deployment")
+    assert default["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":0.1.0")
+
+
+def test_servicemonitor_only_when_enabled() -> None:
+    assert kinds(render({}), "ServiceMonitor") == []
+    (sm,) = kinds(render(VARIANTS["servicemonitor"]), "ServiceMonitor")
+    assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert sm["metadata"]["labels"]["r"] == "p"
+
+
+def test_namespaced_install_args_and_roles() -> None:
+    docs = render(VARIANTS["namespaced"])
+    args = kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" not in args
+    watched = {a.split("=", 1)[1] for a in args if a.startswith("--namespace=")}
+    assert watched == {"adl-system", "team-a", "team-b"}
+    assert {r["metadata"]["namespace"] for r in kinds(docs, "Role")} == watched
+    assert {b["metadata"]["namespace"] for b in kinds(docs, "RoleBinding")} == watched
+    assert {p["metadata"]["namespace"] for p in kinds(docs, "KopfPeering")} == watched
+    default_args = kinds(render({}), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert "--all-namespaces" in default_args["args"]
+
+
+def test_values_schema_rejects_bad_values() -> None:
+    with helm.Chart.load(CHART) as chart:
+        for bad in (
+            {"replicaCount": -1},
+            {"namespaced": "yes"},
+            {"image": {"pullPolicy": "Sometimes"}},
+            {"unknownKey": 1},
+            {"metrics": {"serviceMonitor": {"interval": "often"}}},
+        ):
+            with pytest.raises(helm.HelmError):
+                chart.validate_schema(bad)
+
+
+def test_chart_ships_the_generated_crd() -> None:
+    from adl.operator.crd import crd_yaml
+
+    with helm.Chart.load(CHART) as chart:
+        crds = {c["filename"]: c["data"] for c in chart.crds}
+    assert any(data == crd_yaml() for data in crds.values())
+
+
+def granted(docs: list[dict[str, Any]]) -> frozenset[perms.Permission]:
+    out: set[perms.Permission] = set()
+    for role in kinds(docs, "ClusterRole"):
+        out |= perms.from_rules(role["rules"], perms.CLUSTER)
+    for role in kinds(docs, "Role"):
+        out |= perms.from_rules(role["rules"], perms.NAMESPACED)
+    return frozenset(out)
+
+
+@pytest.mark.parametrize(
+    ("variant", "namespaced", "peering"),
+    [("default", False, True), ("namespaced", True, True), ("no-peering", False, False)],
+)
+def test_rbac_grants_exactly_the_declared_permissions(
+    variant: str, namespaced: bool, peering: bool
+) -> None:
+    docs = render(VARIANTS[variant])
+    assert granted(docs) == perms.required(namespaced=namespaced, peering=peering)
+    for rule in (
+        r for role in kinds(docs, "ClusterRole") + kinds(docs, "Role") for r in role["rules"]
+    ):
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+    bindings = kinds(docs, "ClusterRoleBinding") + kinds(docs, "RoleBinding")
+    sa = kinds(docs, "ServiceAccount")[0]["metadata"]["name"]
+    for b in bindings:
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "adl-system"}]
