@@ -1,0 +1,154 @@
+"""Concrete GPU bookkeeping for the policy: which node has how many free GPUs, and where a job of
+K replicas would land if placed now.
+
+Rules it enforces, so every allocation the policy builds is valid by construction:
+
+- a node never hands out more GPUs than it has;
+- a job that fits on one node goes on one node (best fit: the fullest node that still fits, so
+  large holes stay free for large jobs);
+- a job that needs several nodes takes the emptiest nodes first (fewest nodes), and never a node
+  that already hosts another multi-node job (two distributed jobs on one node would contend for
+  its network link and PCIe lanes).
+
+Nodes are kept in buckets by free GPUs, so a placement costs O(max GPUs per node + nodes used),
+not O(cluster size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from adl.sched.types import NodeInfo
+
+#: node index -> replicas of one job on that node
+Placement = dict[int, int]
+
+
+class Cluster:
+    """Free GPUs per node plus the multi-node job (if any) that owns each node's network."""
+
+    def __init__(self, nodes: Sequence[NodeInfo]) -> None:
+        self.names = [node.name for node in nodes]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.capacity = [max(int(node.gpus), 0) for node in nodes]
+        self.max_gpus = max(self.capacity, default=0)
+        self.free = list(self.capacity)
+        self.owner: list[str | None] = [None] * len(nodes)
+        # buckets[f]: nodes with f free GPUs; open_buckets[f]: those not owned by a multi-node job.
+        # dicts are insertion-ordered sets, which keeps every choice deterministic.
+        self._buckets: list[dict[int, None]] = [{} for _ in range(self.max_gpus + 1)]
+        self._open: list[dict[int, None]] = [{} for _ in range(self.max_gpus + 1)]
+        for i, f in enumerate(self.free):
+            self._buckets[f][i] = None
+            self._open[f][i] = None
+
+    @property
+    def total_free(self) -> int:
+        return sum(self.free)
+
+    # ---------------------------------------------------------------- low-level updates
+
+    def _move(self, i: int, new_free: int, new_owner: str | None) -> None:
+        old_free, old_owner = self.free[i], self.owner[i]
+        del self._buckets[old_free][i]
+        if old_owner is None:
+            del self._open[old_free][i]
+        self.free[i], self.owner[i] = new_free, new_owner
+        self._buckets[new_free][i] = None
+        if new_owner is None:
+            self._open[new_free][i] = None
+
+    def take(self, job: str, placement: Placement, gpus_per_replica: int = 1) -> None:
+        """Commit a placement (must be feasible; see :meth:`fits`)."""
+        distributed = len(placement) > 1
+        for i, reps in placement.items():
+            owner = job if distributed else self.owner[i]
+            self._move(i, self.free[i] - reps * gpus_per_replica, owner)
+
+    def release(self, job: str, placement: Placement, gpus_per_replica: int = 1) -> None:
+        """Undo :meth:`take`."""
+        distributed = len(placement) > 1
+        for i, reps in placement.items():
+            owner = None if distributed and self.owner[i] == job else self.owner[i]
+            self._move(i, self.free[i] + reps * gpus_per_replica, owner)
+
+    # ---------------------------------------------------------------- queries
+
+    def fits(self, placement: Placement, gpus_per_replica: int = 1) -> bool:
+        """Whether a placement (e.g. last round's) can be taken as it is."""
+        distributed = len(placement) > 1
+        for i, reps in placement.items():
+            if reps <= 0 or self.free[i] < reps * gpus_per_replica:
+                return False
+            if distributed and self.owner[i] is not None:
+                return False
+        return True
+
+    def place(self, replicas: int, gpus_per_replica: int = 1) -> Placement | None:
+        """Where ``replicas`` replicas would go now (fewest nodes), or None if they do not fit."""
+        if replicas <= 0:
+            return {}
+        need = replicas * gpus_per_replica
+        if need <= self.max_gpus:
+            for f in range(need, self.max_gpus + 1):
+                bucket = self._buckets[f]
+                if bucket:
+                    return {next(iter(bucket)): replicas}
+        # Multi-node: emptiest open nodes first.
+        placement: Placement = {}
+        left = replicas
+        for f in range(self.max_gpus, 0, -1):
+            per_node = f // gpus_per_replica
+            if per_node == 0:
+                break
+            for i in self._open[f]:
+                take = min(per_node, left)
+                placement[i] = take
+                left -= take
+                if left == 0:
+                    return placement
+        return None
+
+    def to_names(self, placement: Placement) -> list[str]:
+        """One node name per replica, nodes in index order."""
+        return [self.names[i] for i in sorted(placement) for _ in range(placement[i])]
+
+    def from_names(self, node_names: Sequence[str]) -> Placement | None:
+        """Inverse of :meth:`to_names`; None if a node no longer exists."""
+        placement: Placement = {}
+        for name in node_names:
+            i = self.index.get(name)
+            if i is None:
+                return None
+            placement[i] = placement.get(i, 0) + 1
+        return placement
+
+
+def validate_allocation(
+    allocation: Mapping[str, Sequence[str]],
+    nodes: Sequence[NodeInfo],
+    gpus_per_replica: Mapping[str, int] | None = None,
+) -> list[str]:
+    """Human-readable violations of the placement rules (empty when the allocation is valid)."""
+    gpr = gpus_per_replica or {}
+    cap = {node.name: node.gpus for node in nodes}
+    used: dict[str, int] = {}
+    multi: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for job, names in allocation.items():
+        distinct = sorted(set(names))
+        for name in names:
+            if name not in cap:
+                problems.append(f"{job}: unknown node {name}")
+                continue
+            used[name] = used.get(name, 0) + gpr.get(job, 1)
+        if len(distinct) > 1:
+            for name in distinct:
+                multi.setdefault(name, []).append(job)
+    for name, n in used.items():
+        if n > cap.get(name, 0):
+            problems.append(f"{name}: {n} GPUs allocated, {cap.get(name, 0)} available")
+    for name, jobs in multi.items():
+        if len(jobs) > 1:
+            problems.append(f"{name}: shared by distributed jobs {sorted(jobs)}")
+    return problems

@@ -1,0 +1,283 @@
+"""The adl scheduling policy: goodput-aware, shortest-remaining-first, restart-aware, packed.
+
+Each round it solves, near-exactly, ``max sum_j w_j * speedup_j(config_j) * keep_j(config_j)``
+over concrete placements, where
+
+- ``speedup_j`` is the job's own goodput model (batch size re-picked for each (nodes, replicas));
+- ``w_j = weight_j / R_j`` with ``R_j`` the job's remaining work on one GPU, so the objective is
+  the rate at which the cluster finishes *fractions of jobs*; maximizing it is the fluid form of
+  shortest-remaining-processing-time, which minimizes mean completion time. Where a job did not
+  declare its length, ``R_j`` falls back to its attained service (least-attained-service: jobs
+  that ran little are likely short). An aging term bounds how long any job can be starved;
+- ``keep_j`` is 1 for the job's current placement and ``1 - restart penalty`` for any other
+  (the penalty is the job's measured restart cost over a planning horizon, larger for jobs that
+  restart often for their age).
+
+The optimizer is a lazy marginal-gain greedy over concrete placements (see
+:mod:`adl.sched.placement`), with each job's candidate moves restricted to a few replica counts
+(+1, doubling, filling whole nodes, back to last round's placement) so non-concave speedups
+(node boundaries) are handled by multi-GPU steps. Last round's placements are a candidate move
+of their own, which is the warm start: a job keeps its GPUs unless giving them away pays for the
+restart. Everything is deterministic: ties break on submission order, then name.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from adl.sched.placement import Cluster, Placement
+from adl.sched.types import Allocation, JobInfo, NodeInfo
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Policy constants. Defaults are chosen from first principles, not fitted to a trace."""
+
+    #: a job may use at most ``ramp_factor`` x the largest replica count it has profiled (>= 1)
+    ramp_factor: float = 2.0
+    #: exponent on remaining work: 1 = shortest-remaining-first, 0 = maximize total speedup
+    srpt_power: float = 1.0
+    #: fairness/aging: a job's priority grows by ``(1 + age / R)^fairness`` ...
+    fairness: float = 1.0
+    #: ... which is capped by the remaining work of a job that ran ``aging_cap`` times its length
+    #: floor on remaining work, seconds (a nearly finished job is not infinitely urgent)
+    min_remaining_s: float = 60.0
+    #: LAS fallback when the remaining work is unknown: R = attained service + this many seconds
+    unknown_remaining_s: float = 3600.0
+    #: a new configuration must pay back its restart within this many seconds
+    restart_horizon_s: float = 1800.0
+    #: largest restart penalty (fraction of the new configuration's value)
+    max_restart_penalty: float = 0.5
+
+
+@dataclass
+class _Job:
+    """Per-round working data for one job."""
+
+    info: JobInfo
+    weight: float
+    cap: int
+    penalty: float
+    prev: Placement | None  # last round's placement, if still valid
+    prev_key: tuple[tuple[int, int], ...] | None
+    table: dict[tuple[int, int], float]
+    placement: Placement
+    replicas: int = 0
+    utility: float = 0.0
+
+
+def _key(placement: Placement) -> tuple[tuple[int, int], ...]:
+    return tuple(sorted(placement.items()))
+
+
+class AdlPolicy:
+    """Goodput-greedy, SRPT-weighted, restart-aware policy implementing :class:`Policy`."""
+
+    def __init__(self, seed: int = 0, **knobs: float) -> None:
+        self.seed = seed
+        self.knobs = Knobs(**knobs)
+
+    # ------------------------------------------------------------------ job weights
+
+    def priority(self, job: JobInfo) -> float:
+        """``w_j``: value of one unit of speedup for this job (bigger = more urgent)."""
+        k = self.knobs
+        if job.remaining_s is not None:
+            remaining = max(job.remaining_s, k.min_remaining_s)
+        else:
+            remaining = job.attained_service_s + k.unknown_remaining_s
+        aging = (1.0 + max(job.age_s, 0.0) / remaining) ** k.fairness
+        return max(job.weight, 0.0) * aging / remaining**k.srpt_power
+
+    def restart_penalty(self, job: JobInfo) -> float:
+        """Fraction of a new configuration's value lost to restarting into it.
+
+        The job's measured restart cost over the planning horizon, scaled up when it has already
+        restarted often for its age (each restart suggests the next allocation will not last).
+        """
+        k = self.knobs
+        churn = 1.0 + job.restarts * job.restart_cost_s / max(job.age_s, k.restart_horizon_s)
+        frac = job.restart_cost_s * churn / k.restart_horizon_s
+        return min(max(frac, 0.0), k.max_restart_penalty)
+
+    def replica_cap(self, job: JobInfo, total: int) -> int:
+        ramp = max(1, math.floor(self.knobs.ramp_factor * job.max_profiled_replicas))
+        cap = min(job.max_replicas, ramp, total // max(job.gpus_per_replica, 1))
+        return max(cap, min(job.min_replicas, total // max(job.gpus_per_replica, 1)))
+
+    # ------------------------------------------------------------------ speedups
+
+    @staticmethod
+    def _table(job: JobInfo, cap: int, node_gpus: int) -> dict[tuple[int, int], float]:
+        """Speedups at the node counts placements will actually produce, in one vector call."""
+        if cap <= 0:
+            return {}
+        per_node = max(node_gpus // max(job.gpus_per_replica, 1), 1)
+        ks = np.arange(1, cap + 1)
+        n_min = -(-ks // per_node)
+        ns = np.concatenate([n_min, n_min + 1])
+        kk = np.concatenate([ks, ks])
+        ok = ns <= kk
+        ns, kk = ns[ok], kk[ok]
+        values = np.asarray(job.speedup(ns, kk), dtype=np.float64).reshape(-1)
+        return dict(zip(zip(ns.tolist(), kk.tolist(), strict=True), values.tolist(), strict=True))
+
+    @staticmethod
+    def _speedup(job: _Job, nodes: int, replicas: int) -> float:
+        if replicas <= 0:
+            return 0.0
+        key = (nodes, replicas)
+        value = job.table.get(key)
+        if value is None:
+            value = float(np.asarray(job.info.speedup(nodes, replicas)).reshape(-1)[0])
+            job.table[key] = value
+        return value
+
+    def _utility(self, job: _Job, placement: Placement) -> float:
+        replicas = sum(placement.values())
+        value = job.weight * self._speedup(job, len(placement), replicas)
+        if job.prev_key is not None and _key(placement) != job.prev_key:
+            value *= 1.0 - job.penalty
+        return value
+
+    # ------------------------------------------------------------------ greedy moves
+
+    def _targets(self, job: _Job, per_node: int) -> list[int]:
+        k, cap = job.replicas, job.cap
+        lo = max(k + 1, job.info.min_replicas)
+        cand = {lo, 2 * k, cap}
+        if per_node > 0:
+            cand.add(-(-lo // per_node) * per_node)  # fill whole nodes
+        return sorted(c for c in cand if lo <= c <= cap)
+
+    def _best_move(self, job: _Job, cluster: Cluster) -> tuple[float, Placement] | None:
+        """Best value-per-GPU move for a job given the cluster as it is now."""
+        gpr = max(job.info.gpus_per_replica, 1)
+        best: tuple[float, Placement] | None = None
+        current = job.placement
+        cluster.release(job.info.name, current, gpr)
+        try:
+            options: list[Placement] = []
+            if job.replicas == 0 and job.prev is not None and cluster.fits(job.prev, gpr):
+                options.append(job.prev)
+            for target in self._targets(job, cluster.max_gpus // gpr):
+                placed = cluster.place(target, gpr)
+                if placed is not None:
+                    options.append(placed)
+            for option in options:
+                extra = (sum(option.values()) - job.replicas) * gpr
+                if extra <= 0:
+                    continue
+                gain = (self._utility(job, option) - job.utility) / extra
+                if gain > 1e-15 and (best is None or gain > best[0] + 1e-15):
+                    best = (gain, option)
+        finally:
+            cluster.take(job.info.name, current, gpr)
+        return best
+
+    def _commit(self, job: _Job, placement: Placement, cluster: Cluster) -> None:
+        gpr = max(job.info.gpus_per_replica, 1)
+        cluster.release(job.info.name, job.placement, gpr)
+        cluster.take(job.info.name, placement, gpr)
+        job.placement = placement
+        job.replicas = sum(placement.values())
+        job.utility = self._utility(job, placement)
+
+    # ------------------------------------------------------------------ entry points
+
+    def _prepare(
+        self,
+        jobs: Sequence[JobInfo],
+        cluster: Cluster,
+        previous: Mapping[str, Sequence[str]],
+    ) -> list[_Job]:
+        total = sum(cluster.capacity)
+        out = []
+        for info in sorted(jobs, key=lambda j: (j.submit_order, j.name)):
+            prev_names = previous.get(info.name) or []
+            prev = cluster.from_names(prev_names) if prev_names else None
+            cap = self.replica_cap(info, total)
+            if prev is not None and sum(prev.values()) > max(cap, 0):
+                cap = max(cap, min(sum(prev.values()), info.max_replicas))
+            out.append(
+                _Job(
+                    info=info,
+                    weight=self.priority(info),
+                    cap=cap,
+                    penalty=self.restart_penalty(info) if prev else 0.0,
+                    prev=prev,
+                    prev_key=_key(prev) if prev else None,
+                    table=self._table(info, cap, cluster.max_gpus),
+                    placement={},
+                )
+            )
+        return out
+
+    def optimize(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous: Mapping[str, list[str]],
+    ) -> Allocation:
+        cluster = Cluster(nodes)
+        work = self._prepare(jobs, cluster, previous)
+        # Jobs that may not be preempted keep what they have.
+        for job in work:
+            gpr = max(job.info.gpus_per_replica, 1)
+            if not job.info.preemptible and job.prev and cluster.fits(job.prev, gpr):
+                self._commit(job, job.prev, cluster)
+        heap: list[tuple[float, int]] = []
+        for idx, job in enumerate(work):
+            if job.replicas == 0:
+                move = self._best_move(job, cluster)
+                if move is not None:
+                    heap.append((-move[0], idx))
+        heapq.heapify(heap)
+        while heap and cluster.total_free > 0:
+            _, idx = heapq.heappop(heap)
+            job = work[idx]
+            move = self._best_move(job, cluster)
+            if move is None:
+                continue
+            value, placement = move
+            if heap and value < -heap[0][0] - 1e-15:
+                heapq.heappush(heap, (-value, idx))  # stale: re-queue
+                continue
+            self._commit(job, placement, cluster)
+            nxt = self._best_move(job, cluster)
+            if nxt is not None:
+                heapq.heappush(heap, (-nxt[0], idx))
+        return {job.info.name: cluster.to_names(job.placement) for job in work}
+
+    def place_new(
+        self,
+        job: JobInfo,
+        nodes: Sequence[NodeInfo],
+        current: Mapping[str, list[str]],
+    ) -> Allocation:
+        """Fast path between rounds: start a new job on GPUs that are free right now.
+
+        Nobody else is moved. Returns ``current`` plus the new job (with [] if nothing fits).
+        """
+        cluster = Cluster(nodes)
+        for name, names in current.items():
+            if name == job.name or not names:
+                continue
+            placement = cluster.from_names(names)
+            if placement is not None and cluster.fits(placement):
+                cluster.take(name, placement)
+        work = self._prepare([job], cluster, {})
+        new = work[0]
+        while True:
+            move = self._best_move(new, cluster)
+            if move is None:
+                break
+            self._commit(new, move[1], cluster)
+        out = {name: list(names) for name, names in current.items()}
+        out[job.name] = cluster.to_names(new.placement)
+        return out
