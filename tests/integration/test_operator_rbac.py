@@ -29,7 +29,8 @@ def rendered_permissions() -> frozenset[perms.Permission]:
     with helm.Chart.load(CHART) as chart:
         out = chart.render({}, name="adl", namespace="adl-system", is_install=True)
     granted: set[perms.Permission] = set()
-    for doc in (d for text in out.values() for d in yaml.safe_load_all(text) if d):
+    docs = (yaml.safe_load_all(t) for n, t in out.items() if n.endswith(".yaml"))
+    for doc in (d for ds in docs for d in ds if d):
         if doc.get("kind") == "ClusterRole":
             granted |= perms.from_rules(doc["rules"], perms.CLUSTER)
         elif doc.get("kind") == "Role":
