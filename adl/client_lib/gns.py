@@ -194,12 +194,18 @@ class GradientNoiseEstimator:
     # ------------------------------------------------------------------ checkpointing
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        """Averages plus the stored previous gradient, so a resumed run continues exactly."""
+        state: dict[str, Any] = {
             "groups": self.groups,
             "memory_samples": self.memory_samples,
             "state": [float(v) for v in self._state.tolist()],
             "updates": self.updates,
         }
+        if self._prev is not None and self._prev_sq is not None:
+            state["prev"] = [g.detach().cpu().clone() for g in self._prev]
+            state["prev_sq"] = [float(v) for v in self._prev_sq.tolist()]
+            state["prev_bsz"] = self._prev_bsz
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if int(state["groups"]) != self.groups:
@@ -208,4 +214,8 @@ class GradientNoiseEstimator:
         self._state = torch.tensor(state["state"], dtype=torch.float32, device=self.device)
         self.updates = int(state["updates"])
         self.forget_previous()
+        if state.get("prev") is not None:
+            self._prev = [torch.as_tensor(g).to(self.device) for g in state["prev"]]
+            self._prev_sq = torch.tensor(state["prev_sq"], dtype=torch.float32, device=self.device)
+            self._prev_bsz = float(state["prev_bsz"])
         self.publish()

@@ -118,7 +118,9 @@ class AdaptiveDataParallel(nn.Module):
         self.num_nodes = int(
             _ctx_attr(self._ctx, "num_nodes", os.environ.get("ADL_NUM_NODES", "1"))
         )
-        self._init_batch_size = init_batch_size
+        if init_batch_size is None and self._ctx is not None:
+            init_batch_size = _ctx_attr(self._ctx, "init_batch_size", None)
+        self._init_batch_size = int(init_batch_size) if init_batch_size else None
 
         # Parameters as the optimizer sees them, with their group index.
         self._params: list[nn.Parameter] = []
@@ -136,6 +138,7 @@ class AdaptiveDataParallel(nn.Module):
         self._group_index = torch.tensor(groups, dtype=torch.long, device=device)
 
         memory = memory_samples if memory_samples is not None else 1000.0 * (init_batch_size or 32)
+        # ~1000 steps at B0: long enough to average out the per-step noise of the estimates.
         self.gns = GradientNoiseEstimator(self._groups, device, memory_samples=memory)
         self.progress = Progress()
         self.profile = Profile()
@@ -290,17 +293,19 @@ class AdaptiveDataParallel(nn.Module):
         m = self._cycle_bsz or 1
         batch = self.world_size * m * micro
         if self._init_batch_size is None:
-            self._init_batch_size = batch
+            self._init_batch_size = self.init_batch_size if self._b0_from_context() else batch
+        b0 = self.init_batch_size
+        scale = batch / b0
+        # Statistics as of the previous step: the copy is long finished (no pipeline stall),
+        # and the LR does not depend on timing, so runs and resumed runs are reproducible.
+        stats = self.gns.group_grad_params(b0, wait=True)
+        group_stats: list[GradParams | None] = list(stats) if stats else [None] * self._groups
+        factors = self.scaling_rule.factors(scale, group_stats, self.progress)
+        gain = adascale_gain(scale, self.gns.grad_params(b0))
         if grads:
             if micro > 1:
                 torch._foreach_mul_(grads, 1.0 / micro)
             self._observe(grads, micro, m, batch)
-        scale = batch / self.init_batch_size
-        b0 = self.init_batch_size
-        group_stats: list[GradParams | None] = list(self.gns.group_grad_params(b0))
-        if not group_stats:
-            group_stats = [None] * self._groups
-        factors = self.scaling_rule.factors(scale, group_stats, self.progress)
         saved = [group["lr"] for group in self.optimizer.param_groups]
         for group, factor in zip(self.optimizer.param_groups, factors, strict=True):
             group["lr"] = group["lr"] * factor
@@ -310,8 +315,8 @@ class AdaptiveDataParallel(nn.Module):
             for group, lr in zip(self.optimizer.param_groups, saved, strict=True):
                 group["lr"] = lr
         self._last_factors = list(factors)
-        self._last_gain = adascale_gain(scale, self.gns.grad_params(b0))
-        self.progress.advance(self._last_gain, batch)
+        self._last_gain = gain
+        self.progress.advance(gain, batch)
         if self.lr_scheduler is not None:
             target = math.floor(self.progress.progress)
             while self._sched_ticks < target:
@@ -336,10 +341,14 @@ class AdaptiveDataParallel(nn.Module):
 
     # ------------------------------------------------------------------ what others read
 
+    def _b0_from_context(self) -> int | None:
+        b0 = _ctx_attr(_context() or self._ctx, "init_batch_size", None)
+        return int(b0) if b0 else None
+
     @property
     def init_batch_size(self) -> int:
-        b0 = self._init_batch_size or _ctx_attr(self._ctx, "init_batch_size", None)
-        return int(b0) if b0 else 1
+        """B0: given, else the context's (the data loader's), else the first step's batch."""
+        return self._init_batch_size or self._b0_from_context() or 1
 
     @property
     def gain(self) -> float:
