@@ -28,9 +28,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from adl.sched.placement import Cluster, Placement
+from adl.sched.speedup_table import SpeedupTable
 from adl.sched.types import Allocation, JobInfo, NodeInfo
 
 
@@ -65,7 +64,7 @@ class _Job:
     penalty: float
     prev: Placement | None  # last round's placement, if still valid
     prev_key: tuple[tuple[int, int], ...] | None
-    table: dict[tuple[int, int], float]
+    table: SpeedupTable
     placement: Placement
     replicas: int = 0
     utility: float = 0.0
@@ -81,6 +80,9 @@ class AdlPolicy:
     def __init__(self, seed: int = 0, **knobs: float) -> None:
         self.seed = seed
         self.knobs = Knobs(**knobs)
+        # speedup tables by (id(speedup fn), replicas per node); each keeps its fn alive
+        self._tables: dict[tuple[int, int], SpeedupTable] = {}
+        self._next_tables: dict[tuple[int, int], SpeedupTable] = {}
 
     # ------------------------------------------------------------------ job weights
 
@@ -112,35 +114,21 @@ class AdlPolicy:
 
     # ------------------------------------------------------------------ speedups
 
-    @staticmethod
-    def _table(job: JobInfo, cap: int, node_gpus: int) -> dict[tuple[int, int], float]:
-        """Speedups at the node counts placements will actually produce, in one vector call."""
-        if cap <= 0:
-            return {}
+    def _table(self, job: JobInfo, node_gpus: int) -> SpeedupTable:
+        """The job's speedup table, kept across rounds while its speedup function is unchanged
+        (a job's model only changes when it reports new hints)."""
+        fn = job.speedup
         per_node = max(node_gpus // max(job.gpus_per_replica, 1), 1)
-        ks = np.arange(1, cap + 1)
-        n_min = -(-ks // per_node)
-        ns = np.concatenate([n_min, n_min + 1])
-        kk = np.concatenate([ks, ks])
-        ok = ns <= kk
-        ns, kk = ns[ok], kk[ok]
-        values = np.asarray(job.speedup(ns, kk), dtype=np.float64).reshape(-1)
-        return dict(zip(zip(ns.tolist(), kk.tolist(), strict=True), values.tolist(), strict=True))
-
-    @staticmethod
-    def _speedup(job: _Job, nodes: int, replicas: int) -> float:
-        if replicas <= 0:
-            return 0.0
-        key = (nodes, replicas)
-        value = job.table.get(key)
-        if value is None:
-            value = float(np.asarray(job.info.speedup(nodes, replicas)).reshape(-1)[0])
-            job.table[key] = value
-        return value
+        key = (id(fn), per_node)
+        table = self._tables.get(key)
+        if table is None or table.fn is not fn:
+            table = SpeedupTable(fn, per_node)
+        self._next_tables[key] = table
+        return table
 
     def _utility(self, job: _Job, placement: Placement) -> float:
         replicas = sum(placement.values())
-        value = job.weight * self._speedup(job, len(placement), replicas)
+        value = job.weight * job.table.get(len(placement), replicas, job.cap)
         if job.prev_key is not None and _key(placement) != job.prev_key:
             value *= 1.0 - job.penalty
         return value
@@ -150,9 +138,9 @@ class AdlPolicy:
     def _targets(self, job: _Job, per_node: int) -> list[int]:
         k, cap = job.replicas, job.cap
         lo = max(k + 1, job.info.min_replicas)
-        cand = {lo, 2 * k, cap}
+        cand = {lo, min(2 * k, cap)}
         if per_node > 0:
-            cand.add(-(-lo // per_node) * per_node)  # fill whole nodes
+            cand.add(min(-(-lo // per_node) * per_node, cap))  # fill whole nodes
         return sorted(c for c in cand if lo <= c <= cap)
 
     def _best_move(self, job: _Job, cluster: Cluster) -> tuple[float, Placement] | None:
@@ -212,7 +200,7 @@ class AdlPolicy:
                     penalty=self.restart_penalty(info) if prev else 0.0,
                     prev=prev,
                     prev_key=_key(prev) if prev else None,
-                    table=self._table(info, cap, cluster.max_gpus),
+                    table=self._table(info, cluster.max_gpus),
                     placement={},
                 )
             )
@@ -225,7 +213,9 @@ class AdlPolicy:
         previous: Mapping[str, list[str]],
     ) -> Allocation:
         cluster = Cluster(nodes)
+        self._next_tables = {}
         work = self._prepare(jobs, cluster, previous)
+        self._tables, self._next_tables = self._next_tables, {}
         # Jobs that may not be preempted keep what they have.
         for job in work:
             gpr = max(job.info.gpus_per_replica, 1)
