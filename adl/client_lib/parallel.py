@@ -158,7 +158,8 @@ class AdaptiveDataParallel(nn.Module):
 
         if self.world_size > 1:
             self.module: nn.Module = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
-            self.module.register_comm_hook(None, self._comm_hook)
+            # DDP inspects hook annotations, which postponed evaluation turns into strings.
+            self.module.register_comm_hook(None, lambda state, bucket: self._comm_hook(bucket))
         else:
             self.module = model
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
@@ -236,7 +237,7 @@ class AdaptiveDataParallel(nn.Module):
 
     # ------------------------------------------------------------------ DDP comm hook
 
-    def _comm_hook(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
+    def _comm_hook(self, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
         buf = bucket.buffer()
         if self._micro == 1:  # no accumulation this step: the bucket is one micro-gradient
             if self._groups == 1:
