@@ -19,7 +19,7 @@ from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
 _SCHEDULE_EFFECTS = {"NoSchedule", "NoExecute"}
 
 
-def _quantity(value: Any) -> int:
+def quantity(value: Any) -> int:
     """Whole devices from a resource quantity ("2", 2, "2000m")."""
     if value is None:
         return 0
@@ -52,7 +52,7 @@ def gpus_used_by_others(
             want = (res.get("limits") or {}).get(
                 resource, (res.get("requests") or {}).get(resource)
             )
-            used[node] = used.get(node, 0) + _quantity(want)
+            used[node] = used.get(node, 0) + quantity(want)
     return used
 
 
@@ -77,7 +77,7 @@ def nodes_from_objects(
             continue
         if any(t.get("effect") in _SCHEDULE_EFFECTS for t in spec.get("taints") or []):
             continue
-        allocatable = _quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource))
+        allocatable = quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource))
         free = allocatable - used.get(meta["name"], 0)
         if free > 0:
             preemptible = labels.get("adl.dev/preemptible") == "true"
