@@ -84,24 +84,52 @@ class Cluster:
                 return False
         return True
 
-    def place(self, replicas: int, gpus_per_replica: int = 1) -> Placement | None:
-        """Where ``replicas`` replicas would go now (fewest nodes), or None if they do not fit."""
+    def place(
+        self, replicas: int, gpus_per_replica: int = 1, prefer: Sequence[int] = ()
+    ) -> Placement | None:
+        """Where ``replicas`` replicas would go now (fewest nodes), or None if they do not fit.
+
+        Among placements with the fewest nodes, the ``prefer`` nodes (where the job runs or ran)
+        win, so a job that keeps or regains its size lands where it was and need not move.
+        """
         if replicas <= 0:
             return {}
         need = replicas * gpus_per_replica
         if need <= self.max_gpus:
+            for i in prefer:
+                if self.free[i] >= need:
+                    return {i: replicas}
             for f in range(need, self.max_gpus + 1):
                 bucket = self._buckets[f]
                 if bucket:
                     return {next(iter(bucket)): replicas}
-        # Multi-node: emptiest open nodes first.
+        best = self._spread(replicas, gpus_per_replica, ())
+        if best is not None and prefer:
+            mine = self._spread(replicas, gpus_per_replica, prefer)
+            if mine is not None and len(mine) <= len(best):
+                return mine
+        return best
+
+    def _spread(
+        self, replicas: int, gpus_per_replica: int, prefer: Sequence[int]
+    ) -> Placement | None:
+        """Multi-node placement: preferred open nodes first, then the emptiest open nodes."""
         placement: Placement = {}
         left = replicas
+        for i in prefer:
+            per_node = self.free[i] // gpus_per_replica
+            if self.owner[i] is None and per_node > 0 and i not in placement:
+                placement[i] = min(per_node, left)
+                left -= placement[i]
+                if left == 0:
+                    return placement
         for f in range(self.max_gpus, 0, -1):
             per_node = f // gpus_per_replica
             if per_node == 0:
                 break
             for i in self._open[f]:
+                if i in placement:
+                    continue
                 take = min(per_node, left)
                 placement[i] = take
                 left -= take

@@ -89,22 +89,28 @@ class AdlPolicy:
     def priority(self, job: JobInfo) -> float:
         """``w_j``: value of one unit of speedup for this job (bigger = more urgent)."""
         k = self.knobs
-        if job.remaining_s is not None:
-            remaining = max(job.remaining_s, k.min_remaining_s)
-        else:
-            remaining = job.attained_service_s + k.unknown_remaining_s
+        remaining = self._remaining(job)
         aging = (1.0 + max(job.age_s, 0.0) / remaining) ** k.fairness
         return max(job.weight, 0.0) * aging / remaining**k.srpt_power
 
-    def restart_penalty(self, job: JobInfo) -> float:
-        """Fraction of a new configuration's value lost to restarting into it.
+    def _remaining(self, job: JobInfo) -> float:
+        """Remaining seconds on one GPU: declared, or estimated from attained service (LAS)."""
+        k = self.knobs
+        if job.remaining_s is not None:
+            return max(job.remaining_s, k.min_remaining_s)
+        return job.attained_service_s + k.unknown_remaining_s
 
-        The job's measured restart cost over the planning horizon, scaled up when it has already
-        restarted often for its age (each restart suggests the next allocation will not last).
+    def restart_penalty(self, job: JobInfo) -> float:
+        """Fraction of a new configuration's value lost to (re)starting into it.
+
+        The job's measured restart cost over the time the new configuration is expected to last
+        (the planning horizon, or less if the job will finish sooner), scaled up when it has
+        already restarted often for its age (each restart suggests the next will not last).
         """
         k = self.knobs
         churn = 1.0 + job.restarts * job.restart_cost_s / max(job.age_s, k.restart_horizon_s)
-        frac = job.restart_cost_s * churn / k.restart_horizon_s
+        horizon = min(k.restart_horizon_s, self._remaining(job))
+        frac = job.restart_cost_s * churn / horizon
         return min(max(frac, 0.0), k.max_restart_penalty)
 
     def replica_cap(self, job: JobInfo, total: int) -> int:
@@ -129,7 +135,7 @@ class AdlPolicy:
     def _utility(self, job: _Job, placement: Placement) -> float:
         replicas = sum(placement.values())
         value = job.weight * job.table.get(len(placement), replicas, job.cap)
-        if job.prev_key is not None and _key(placement) != job.prev_key:
+        if _key(placement) != job.prev_key:  # (re)starting costs every job the same delay
             value *= 1.0 - job.penalty
         return value
 
@@ -153,8 +159,9 @@ class AdlPolicy:
             options: list[Placement] = []
             if job.replicas == 0 and job.prev is not None and cluster.fits(job.prev, gpr):
                 options.append(job.prev)
+            prefer = [*current, *(job.prev or ())]
             for target in self._targets(job, cluster.max_gpus // gpr):
-                placed = cluster.place(target, gpr)
+                placed = cluster.place(target, gpr, prefer)
                 if placed is not None:
                     options.append(placed)
             for option in options:
@@ -197,7 +204,7 @@ class AdlPolicy:
                     info=info,
                     weight=self.priority(info),
                     cap=cap,
-                    penalty=self.restart_penalty(info) if prev else 0.0,
+                    penalty=self.restart_penalty(info),
                     prev=prev,
                     prev_key=_key(prev) if prev else None,
                     table=self._table(info, cluster.max_gpus),

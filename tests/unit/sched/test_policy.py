@@ -1,0 +1,289 @@
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from adl.sched.placement import Cluster, validate_allocation
+from adl.sched.policy import AdlPolicy
+from adl.sched.types import JobInfo, NodeInfo
+
+
+def amdahl(serial: float, cross_node: float = 0.9):
+    """Speedup of a job with a serial fraction; spanning nodes costs a constant factor."""
+
+    def fn(n, k):
+        n = np.asarray(n, dtype=float)
+        k = np.asarray(k, dtype=float)
+        s = k / (1.0 + serial * (k - 1.0))
+        return np.where(n > 1, s * cross_node, s)
+
+    return fn
+
+
+def nodes_of(count: int, gpus: int = 4) -> list[NodeInfo]:
+    return [NodeInfo(f"n{i}", gpus) for i in range(count)]
+
+
+def job(name: str, order: int = 0, **kw) -> JobInfo:
+    kw.setdefault("speedup", amdahl(0.05))
+    kw.setdefault("max_profiled_replicas", 32)
+    kw.setdefault("remaining_s", 3600.0)
+    return JobInfo(name=name, submit_order=order, **kw)
+
+
+def random_jobs(seed: int, count: int) -> list[JobInfo]:
+    rng = np.random.default_rng(seed)
+    return [
+        job(
+            f"j{i}",
+            i,
+            speedup=amdahl(float(rng.uniform(0, 0.3)), float(rng.uniform(0.5, 1.0))),
+            remaining_s=float(10 ** rng.uniform(2, 5)) if rng.random() < 0.7 else None,
+            attained_service_s=float(rng.uniform(0, 1e4)),
+            age_s=float(rng.uniform(0, 1e4)),
+            min_replicas=int(rng.integers(0, 3)),
+            max_replicas=int(rng.integers(2, 20)),
+            max_profiled_replicas=int(rng.integers(0, 9)),
+            restarts=int(rng.integers(0, 4)),
+        )
+        for i in range(count)
+    ]
+
+
+def counts(allocation) -> dict[str, int]:
+    return {name: len(names) for name, names in allocation.items()}
+
+
+# --------------------------------------------------------------------------- validity
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_allocations_are_valid_and_respect_bounds(seed):
+    nodes = [*nodes_of(7), NodeInfo("big", 8), NodeInfo("small", 2)]
+    jobs = random_jobs(seed, 25)
+    policy = AdlPolicy(seed=seed)
+    previous: dict[str, list[str]] = {}
+    for _ in range(4):
+        alloc = policy.optimize(jobs, nodes, previous)
+        assert validate_allocation(alloc, nodes) == []
+        assert set(alloc) == {j.name for j in jobs}
+        for j in jobs:
+            k = len(alloc[j.name])
+            assert k == 0 or j.min_replicas <= k <= j.max_replicas
+            assert k <= max(2 * j.max_profiled_replicas, 1, j.min_replicas)
+        previous = alloc
+        jobs = [replace(j, max_profiled_replicas=max(j.max_profiled_replicas, 1)) for j in jobs]
+
+
+def test_fills_the_cluster_when_jobs_can_use_it():
+    nodes = nodes_of(4)
+    jobs = [job(f"j{i}", i, remaining_s=1000.0 * (i + 1)) for i in range(6)]
+    alloc = AdlPolicy().optimize(jobs, nodes, {})
+    assert sum(counts(alloc).values()) == 16
+
+
+def test_deterministic_for_a_seed():
+    nodes = nodes_of(8)
+    jobs = random_jobs(3, 30)
+    a = AdlPolicy(seed=1).optimize(jobs, nodes, {})
+    b = AdlPolicy(seed=1).optimize(list(reversed(jobs)), nodes, {})
+    assert a == b
+
+
+def test_never_overallocates_a_node_and_no_two_distributed_jobs_share_one():
+    nodes = nodes_of(5)
+    # Jobs that scale well want many GPUs, forcing multi-node placements.
+    jobs = [job(f"j{i}", i, speedup=amdahl(0.0, 0.99), max_replicas=6) for i in range(3)]
+    alloc = AdlPolicy().optimize(jobs, nodes, {})
+    assert validate_allocation(alloc, nodes) == []
+    multi = [set(v) for v in alloc.values() if len(set(v)) > 1]
+    assert len(multi) >= 2, "test should exercise several distributed jobs"
+    for i, a in enumerate(multi):
+        for b in multi[i + 1 :]:
+            assert not a & b
+    used = Counter(n for v in alloc.values() for n in v)
+    assert all(used[n.name] <= n.gpus for n in nodes)
+
+
+def test_packs_small_jobs_onto_single_nodes():
+    nodes = nodes_of(4)
+    jobs = [job(f"j{i}", i, max_replicas=2) for i in range(8)]
+    alloc = AdlPolicy().optimize(jobs, nodes, {})
+    for names in alloc.values():
+        assert len(set(names)) <= 1
+    assert sum(counts(alloc).values()) == 16
+
+
+def test_large_job_spans_the_fewest_nodes():
+    nodes = nodes_of(6)
+    jobs = [job("big", speedup=amdahl(0.0, 0.99), max_replicas=8)]
+    alloc = AdlPolicy().optimize(jobs, nodes, {})
+    assert len(alloc["big"]) == 8
+    assert len(set(alloc["big"])) == 2
+
+
+def test_ramp_cap_twice_profiled_replicas():
+    nodes = nodes_of(4)
+    fresh = AdlPolicy().optimize([job("a", max_profiled_replicas=0)], nodes, {})
+    assert len(fresh["a"]) == 1
+    ramped = AdlPolicy().optimize([job("a", max_profiled_replicas=3)], nodes, {})
+    assert len(ramped["a"]) == 6
+
+
+def test_min_replicas_all_or_nothing():
+    nodes = nodes_of(1)
+    jobs = [job("hog", 0, min_replicas=3, max_replicas=4), job("gang", 1, min_replicas=3)]
+    alloc = AdlPolicy().optimize(jobs, nodes, {})
+    ks = sorted(counts(alloc).values())
+    assert ks in ([0, 3], [0, 4])
+
+
+def test_gpus_per_replica_respected():
+    nodes = nodes_of(2, gpus=4)
+    jobs = [job("wide", gpus_per_replica=2, max_replicas=8, speedup=amdahl(0.0, 0.99))]
+    alloc = AdlPolicy().optimize(jobs, nodes, {})
+    assert len(alloc["wide"]) == 4
+    assert validate_allocation(alloc, nodes, {"wide": 2}) == []
+
+
+# --------------------------------------------------------------------------- preferences
+
+
+def test_prefers_job_with_higher_marginal_speedup():
+    nodes = nodes_of(1, gpus=2)
+    jobs = [
+        job("scales", 0, speedup=amdahl(0.0)),
+        job("flat", 1, speedup=amdahl(1.0)),  # a second GPU adds nothing
+    ]
+    prev = {"scales": ["n0"], "flat": ["n0"]}
+    alloc = AdlPolicy().optimize(jobs, nodes, {})
+    assert counts(alloc) == {"scales": 2, "flat": 0} or counts(alloc) == {"scales": 1, "flat": 1}
+    # With one GPU each already running, giving the second to the scaling job is never worse.
+    nodes3 = nodes_of(1, gpus=3)
+    alloc = AdlPolicy().optimize(jobs, nodes3, prev)
+    assert counts(alloc)["scales"] == 2
+    assert counts(alloc)["flat"] == 1
+
+
+def test_shorter_remaining_work_first():
+    nodes = nodes_of(1, gpus=1)
+    jobs = [job("long", 0, remaining_s=50_000.0), job("short", 1, remaining_s=500.0)]
+    assert counts(AdlPolicy().optimize(jobs, nodes, {})) == {"long": 0, "short": 1}
+
+
+def test_unknown_length_falls_back_to_least_attained_service():
+    nodes = nodes_of(1, gpus=1)
+    jobs = [
+        job("veteran", 0, remaining_s=None, attained_service_s=40_000.0),
+        job("newcomer", 1, remaining_s=None, attained_service_s=100.0),
+    ]
+    assert counts(AdlPolicy().optimize(jobs, nodes, {})) == {"veteran": 0, "newcomer": 1}
+
+
+def test_fairness_knob_lets_a_long_waiting_job_in():
+    nodes = nodes_of(1, gpus=1)
+    jobs = [
+        job("starved", 0, remaining_s=20_000.0, age_s=200_000.0),
+        job("fresh", 1, remaining_s=5_000.0, age_s=0.0),
+    ]
+    assert counts(AdlPolicy(fairness=0.0).optimize(jobs, nodes, {}))["fresh"] == 1
+    assert counts(AdlPolicy(fairness=1.0).optimize(jobs, nodes, {}))["starved"] == 1
+
+
+# --------------------------------------------------------------------------- warm start
+
+
+def test_warm_start_is_a_fixed_point():
+    nodes = nodes_of(8)
+    jobs = random_jobs(7, 20)
+    policy = AdlPolicy()
+    first = policy.optimize(jobs, nodes, {})
+    second = policy.optimize(jobs, nodes, first)
+    assert second == first
+
+
+def test_small_changes_do_not_reshuffle_running_jobs():
+    nodes = nodes_of(8)
+    jobs = random_jobs(11, 20)
+    policy = AdlPolicy()
+    first = policy.optimize(jobs, nodes, {})
+    # A minute later: everyone made a little progress.
+    later = [
+        replace(
+            j,
+            age_s=j.age_s + 60,
+            remaining_s=None
+            if j.remaining_s is None
+            else max(j.remaining_s - 60 * len(first[j.name]), 60.0),
+        )
+        for j in jobs
+    ]
+    second = policy.optimize(later, nodes, first)
+    moved = [n for n in first if first[n] and second[n] != first[n]]
+    assert len(moved) <= 2
+
+
+def test_restart_penalty_keeps_a_running_job_against_a_marginally_better_one():
+    nodes = nodes_of(1, gpus=1)
+    running = job("running", 0, remaining_s=1000.0, restart_cost_s=60.0)
+    newcomer = job("newcomer", 1, remaining_s=980.0)
+    prev = {"running": ["n0"]}
+    assert counts(AdlPolicy().optimize([running, newcomer], nodes, prev))["running"] == 1
+    # ... but a much shorter job does take the GPU.
+    short = job("newcomer", 1, remaining_s=100.0)
+    assert counts(AdlPolicy().optimize([running, short], nodes, prev))["newcomer"] == 1
+
+
+def test_previous_allocation_on_a_vanished_node_is_dropped():
+    nodes = nodes_of(2)
+    jobs = [job("a", max_replicas=2)]
+    alloc = AdlPolicy().optimize(jobs, nodes, {"a": ["gone", "gone"]})
+    assert validate_allocation(alloc, nodes) == []
+    assert len(alloc["a"]) == 2
+
+
+def test_non_preemptible_job_keeps_its_gpus():
+    nodes = nodes_of(1, gpus=1)
+    jobs = [
+        job("pinned", 0, remaining_s=1e6, preemptible=False),
+        job("urgent", 1, remaining_s=10.0),
+    ]
+    alloc = AdlPolicy().optimize(jobs, nodes, {"pinned": ["n0"]})
+    assert counts(alloc) == {"pinned": 1, "urgent": 0}
+
+
+# --------------------------------------------------------------------------- fast path
+
+
+def test_place_new_uses_only_free_gpus():
+    nodes = nodes_of(2)
+    current = {"a": ["n0"] * 4, "b": ["n1"] * 2}
+    new = job("c", speedup=amdahl(0.0), max_replicas=4)
+    out = AdlPolicy().place_new(new, nodes, current)
+    assert out["a"] == current["a"] and out["b"] == current["b"]
+    assert out["c"] == ["n1", "n1"]
+    assert validate_allocation(out, nodes) == []
+
+
+def test_place_new_when_full_gets_nothing():
+    nodes = nodes_of(1)
+    out = AdlPolicy().place_new(job("c"), nodes, {"a": ["n0"] * 4})
+    assert out["c"] == []
+
+
+# --------------------------------------------------------------------------- placement helper
+
+
+def test_cluster_best_fit_and_release_roundtrip():
+    cluster = Cluster(nodes_of(3))
+    cluster.take("x", {0: 3})
+    # best fit: a 1-replica job goes into the hole on node 0, not an empty node
+    assert cluster.place(1) == {0: 1}
+    spread = cluster.place(6)
+    assert spread is not None and sum(spread.values()) == 6 and 0 not in spread
+    cluster.take("y", spread)
+    assert not cluster.fits({0: 1, 1: 1})  # node 1 belongs to distributed job y
+    cluster.release("y", spread)
+    cluster.release("x", {0: 3})
+    assert cluster.free == [4, 4, 4] and cluster.owner == [None, None, None]
