@@ -180,6 +180,9 @@ class AdaptiveJobStatus(_Model):
     replicas: int = Field(default=0, ge=0)
     ready_replicas: int = Field(default=0, ge=0)
     restarts: dict[RestartCause, int] = Field(default_factory=dict)
+    restart_after: datetime | None = Field(
+        default=None, description="after a failure, the next group starts no earlier (backoff)"
+    )
     hints: Hints | None = None
     batch_size: int | None = None
     goodput: float | None = None

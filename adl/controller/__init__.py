@@ -1,1 +1,44 @@
-"""Backend-agnostic job lifecycle and scheduling rounds (pure decisions)."""
+"""Backend-agnostic job lifecycle and scheduling rounds (pure decisions).
+
+- ``lifecycle.step``: (spec, status, observed workers, desired allocation, now) -> actions
+- ``actions``: SetStatus, CreateGroup, DeleteGroup, EmitEvent (what backends execute)
+- ``env.worker_env``: the ADL_* environment of one replica, identical on every backend
+- ``rounds.plan_round``: job records + nodes -> the policy's new allocation
+"""
+
+from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
+from adl.controller.env import WorkerSite, group_env, node_slots, worker_env
+from adl.controller.lifecycle import (
+    EXIT_STOPPED,
+    ObservedWorkers,
+    ReplicaPhase,
+    ReplicaState,
+    Timing,
+    step,
+    teardown,
+)
+from adl.controller.rounds import JobRecord, RoundResult, job_info, plan_round, run_round
+
+__all__ = [
+    "EXIT_STOPPED",
+    "Action",
+    "CreateGroup",
+    "DeleteGroup",
+    "EmitEvent",
+    "JobRecord",
+    "ObservedWorkers",
+    "ReplicaPhase",
+    "ReplicaState",
+    "RoundResult",
+    "SetStatus",
+    "Timing",
+    "WorkerSite",
+    "group_env",
+    "job_info",
+    "node_slots",
+    "plan_round",
+    "run_round",
+    "step",
+    "teardown",
+    "worker_env",
+]

@@ -1,0 +1,55 @@
+"""What the controller asks a backend to do. Plain frozen data: the backends (local processes,
+Kubernetes pods) execute them in order; executing one twice must be harmless."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adl.controller.env import WorkerSite, worker_env
+from adl.models import AdaptiveJobStatus
+
+
+@dataclass(frozen=True)
+class SetStatus:
+    """Persist this status. Always first in the list, so that a backend that crashes after it
+    finds the decision recorded and converges instead of deciding twice."""
+
+    status: AdaptiveJobStatus
+
+
+@dataclass(frozen=True)
+class CreateGroup:
+    """Launch the replicas ``ranks`` of worker group ``group`` on ``allocation`` (one node per
+    replica). ``ranks`` is every rank for a fresh group, or the ones still missing when a
+    backend restarted half-way through a launch."""
+
+    job: str
+    group: int
+    allocation: tuple[str, ...]
+    ranks: tuple[int, ...]
+
+    def env(self, rank: int, site: WorkerSite) -> dict[str, str]:
+        """The ADL_* environment of one replica (identical on every backend)."""
+        return worker_env(self.job, self.group, self.allocation, rank, site)
+
+
+@dataclass(frozen=True)
+class DeleteGroup:
+    """Stop every live replica of ``group``: SIGTERM (workers checkpoint and exit 143), then a
+    hard kill after ``grace_s``. Idempotent: replicas already gone are skipped."""
+
+    job: str
+    group: int
+    grace_s: int
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    """A user-visible event (Kubernetes Event, or a line in the local job's event log)."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = SetStatus | CreateGroup | DeleteGroup | EmitEvent

@@ -1,0 +1,370 @@
+"""The job lifecycle as a pure, level-triggered state machine shared by every backend.
+
+``step(job, spec, status, observed, desired, now)`` -> actions. No clocks, no I/O: the backend
+passes in what it sees of the workers and what the scheduler wants, executes the returned
+actions in order (``SetStatus`` first) and calls ``step`` again on the next change or tick.
+
+Invariants a backend can rely on:
+- a new group starts only when no replica of any older group is alive, so two groups of one
+  job never run at once (the backend crashing between actions cannot break this: the next step
+  recomputes from the persisted status and the replicas that really exist);
+- restarts are counted by cause: ``resize`` (the scheduler changed the allocation),
+  ``failure`` (a replica crashed or could not start; retried with exponential backoff up to
+  ``spec.maxRestarts``, then the job is Failed with that reason) and ``preemption`` (a replica
+  was stopped from outside, or the scheduler took every GPU away);
+- suspend stops the workers without counting a restart; resume starts a new group.
+
+Phases: Pending -> Starting -> Running -> (Restarting -> Starting ...) -> Succeeded | Failed,
+with Suspended reachable from any unfinished phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
+from adl.controller.env import node_slots
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, RestartCause
+
+#: Exit code of a worker that checkpointed and stopped on SIGTERM (128 + 15).
+EXIT_STOPPED = 143
+
+#: Condition types the controller maintains (one of each, sorted by type).
+CONDITION_TYPES = ("Complete", "Failed", "Running", "Scheduled", "Suspended")
+
+
+# ----------------------------------------------------------------------------- observations
+
+
+class ReplicaPhase(StrEnum):
+    PENDING = "pending"  # launched, not yet running (image pull, scheduling, process spawn)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # exited 0: training finished
+    STOPPED = "stopped"  # exited 143: checkpointed after SIGTERM
+    FAILED = "failed"  # any other exit, or a start that will never succeed
+
+    @property
+    def alive(self) -> bool:
+        return self in (ReplicaPhase.PENDING, ReplicaPhase.RUNNING)
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """What a backend observes of one replica (a process, or the share of a pod)."""
+
+    group: int
+    rank: int
+    phase: ReplicaPhase
+    ready: bool = True
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    terminating: bool = False  # a stop was already requested
+    since: datetime | None = None  # when it entered its current phase/reason (for timeouts)
+
+    @property
+    def alive(self) -> bool:
+        return self.phase.alive
+
+    @classmethod
+    def exited(cls, group: int, rank: int, code: int, message: str = "") -> ReplicaState:
+        """A replica whose process ended with ``code`` (negative: killed by that signal)."""
+        if code == 0:
+            return cls(group, rank, ReplicaPhase.SUCCEEDED, ready=False, exit_code=0)
+        if code == EXIT_STOPPED:
+            return cls(group, rank, ReplicaPhase.STOPPED, False, code, "Stopped", message)
+        reason = f"KilledBySignal{-code}" if code < 0 else "WorkerFailed"
+        text = message or (
+            f"rank {rank} killed by signal {-code}" if code < 0 else f"rank {rank} exited {code}"
+        )
+        return cls(group, rank, ReplicaPhase.FAILED, False, code, reason, text)
+
+
+@dataclass(frozen=True)
+class ObservedWorkers:
+    """Every replica the backend knows of, of any group (finished ones included, so that an
+    exit code observed once is not forgotten before the controller has acted on it)."""
+
+    replicas: tuple[ReplicaState, ...] = ()
+
+    def of_group(self, group: int) -> list[ReplicaState]:
+        return sorted((r for r in self.replicas if r.group == group), key=lambda r: r.rank)
+
+    def others(self, group: int) -> list[ReplicaState]:
+        return [r for r in self.replicas if r.group != group]
+
+    def any_alive(self) -> bool:
+        return any(r.alive for r in self.replicas)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Restart timing knobs, in seconds."""
+
+    backoff_base_s: float = 10.0
+    backoff_max_s: float = 300.0
+    #: a replica still pending after this long is a failed start (e.g. unschedulable)
+    pending_timeout_s: float = 300.0
+
+    def backoff_s(self, failures: int) -> float:
+        """Delay before the restart that follows the ``failures``-th failure."""
+        return min(self.backoff_base_s * 2 ** max(failures - 1, 0), self.backoff_max_s)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def same_placement(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Equal up to replica order: only the number of replicas per node matters."""
+    return sorted(node_slots(a)) == sorted(node_slots(b))
+
+
+def set_condition(
+    status: AdaptiveJobStatus, kind: str, value: bool, reason: str, message: str, now: datetime
+) -> None:
+    """Upsert one condition; its transition time moves only when its truth value changes."""
+    text = "True" if value else "False"
+    old = next((c for c in status.conditions if c.type == kind), None)
+    since = old.last_transition_time if old is not None and old.status == text else now
+    new = Condition(
+        type=kind, status=text, reason=reason, message=message, last_transition_time=since
+    )
+    status.conditions = sorted(
+        [c for c in status.conditions if c.type != kind] + [new], key=lambda c: c.type
+    )
+
+
+@dataclass
+class _Step:
+    job: str
+    spec: AdaptiveJobSpec
+    before: AdaptiveJobStatus
+    observed: ObservedWorkers
+    desired: list[str] | None
+    now: datetime
+    timing: Timing
+    status: AdaptiveJobStatus = field(init=False)
+    actions: list[Action] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.status = self.before.model_copy(deep=True)
+
+    @property
+    def grace(self) -> int:
+        return self.spec.termination_grace_period_seconds
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.actions.append(EmitEvent(type_, reason, message))
+
+    def phase(self, phase: Phase, reason: str = "", message: str = "", warn: bool = False) -> None:
+        """Set phase, reason and message; a change of phase is also an event."""
+        st = self.status
+        if phase != st.phase:
+            self.event(
+                "Warning" if warn or phase == Phase.FAILED else "Normal",
+                reason or phase.value,
+                message or f"{st.phase.value} -> {phase.value}",
+            )
+        st.phase, st.reason, st.message = phase, reason, message
+
+    def stop(self, replicas: Sequence[ReplicaState]) -> None:
+        """DeleteGroup for each group with a live replica that was not yet asked to stop."""
+        for group in sorted({r.group for r in replicas if r.alive and not r.terminating}):
+            self.actions.append(DeleteGroup(self.job, group, self.grace))
+
+    def finish(self) -> list[Action]:
+        st, now = self.status, self.now
+        scheduled = bool(st.allocation) and not st.phase.finished
+        set_condition(
+            st, "Scheduled", scheduled, "Allocated" if scheduled else "NoAllocation", "", now
+        )
+        set_condition(
+            st, "Running", st.phase == Phase.RUNNING, st.reason or st.phase.value, st.message, now
+        )
+        set_condition(st, "Suspended", st.phase == Phase.SUSPENDED, "", "", now)
+        set_condition(st, "Complete", st.phase == Phase.SUCCEEDED, "", "", now)
+        failed = st.phase == Phase.FAILED
+        set_condition(st, "Failed", failed, st.reason if failed else "", st.message, now)
+        if st.phase.finished and st.completion_time is None:
+            st.completion_time = now
+        head: list[Action] = [SetStatus(st)] if st != self.before else []
+        return head + self.actions
+
+
+# ----------------------------------------------------------------------------- transitions
+
+
+def _start_group(s: _Step) -> None:
+    st = s.status
+    desired = s.desired or []
+    if len(desired) < max(s.spec.min_replicas, 1):
+        st.allocation, st.replicas, st.ready_replicas = [], 0, 0
+        s.phase(Phase.PENDING, "WaitingForAllocation", "waiting for the scheduler to assign GPUs")
+        return
+    if st.restart_after is not None and s.now < st.restart_after:
+        wait = (st.restart_after - s.now).total_seconds()
+        s.phase(st.phase, "BackingOff", f"next start in {wait:.0f}s after a failure")
+        return
+    st.group += 1
+    st.allocation = list(desired)
+    st.replicas, st.ready_replicas = len(desired), 0
+    st.restart_after = None
+    if st.start_time is None:
+        st.start_time = s.now
+    nodes = len(node_slots(desired))
+    s.phase(
+        Phase.STARTING, "Starting", f"group {st.group}: {len(desired)} replicas on {nodes} nodes"
+    )
+    s.actions.append(CreateGroup(s.job, st.group, tuple(desired), tuple(range(len(desired)))))
+
+
+def _restart(
+    s: _Step, current: Sequence[ReplicaState], cause: RestartCause, reason: str, message: str
+) -> None:
+    st = s.status
+    restarts = dict(st.restarts)
+    restarts[cause] = restarts.get(cause, 0) + 1
+    st.restarts = restarts
+    if cause == RestartCause.FAILURE:
+        failures = restarts[cause]
+        if failures > s.spec.max_restarts:
+            s.phase(
+                Phase.FAILED,
+                reason,
+                f"{message} (failure {failures}, maxRestarts={s.spec.max_restarts})",
+            )
+            st.ready_replicas = 0
+            s.stop(current)
+            return
+        st.restart_after = s.now + timedelta(seconds=s.timing.backoff_s(failures))
+    st.ready_replicas = 0
+    s.phase(Phase.RESTARTING, reason, message, warn=cause != RestartCause.RESIZE)
+    s.stop(current)
+
+
+def _succeeded(current: Sequence[ReplicaState]) -> bool:
+    """Training finished: every replica exited, at least one with 0, none crashed (peers of a
+    finished rank 0 may be stopped on the way out)."""
+    return (
+        bool(current)
+        and not any(r.alive or r.phase == ReplicaPhase.FAILED for r in current)
+        and any(r.phase == ReplicaPhase.SUCCEEDED for r in current)
+    )
+
+
+def _active(s: _Step, current: list[ReplicaState]) -> None:
+    """Starting or Running: a group is (supposed to be) up."""
+    st, spec = s.status, s.spec
+    expected = len(st.allocation)
+    failed = [r for r in current if r.phase == ReplicaPhase.FAILED]
+    if failed:
+        first = failed[0]
+        text = first.message or f"rank {first.rank} failed"
+        _restart(s, current, RestartCause.FAILURE, first.reason or "WorkerFailed", text)
+        return
+    if _succeeded(current) and {r.rank for r in current} >= set(range(expected)):
+        st.ready_replicas = 0
+        s.phase(Phase.SUCCEEDED, "Succeeded", "all workers finished")
+        return
+    present = {r.rank for r in current}
+    missing = tuple(i for i in range(expected) if i not in present)
+    stopped = [r for r in current if r.phase == ReplicaPhase.STOPPED]
+    finished_rank = any(r.phase == ReplicaPhase.SUCCEEDED for r in current)
+    if (stopped and not finished_rank) or (missing and st.phase == Phase.RUNNING):
+        who = stopped[0].rank if stopped else missing[0]
+        _restart(
+            s, current, RestartCause.PREEMPTION, "Preempted",
+            f"rank {who} was stopped or removed outside adl's control",
+        )  # fmt: skip
+        return
+    if s.desired is not None and not same_placement(s.desired, st.allocation):
+        enough = len(s.desired) >= max(spec.min_replicas, 1)
+        _restart(
+            s,
+            current,
+            RestartCause.RESIZE if enough else RestartCause.PREEMPTION,
+            "Resizing" if enough else "Preempted",
+            f"{len(st.allocation)} -> {len(s.desired)} replicas",
+        )
+        return
+    late = [
+        r
+        for r in current
+        if r.phase == ReplicaPhase.PENDING
+        and r.since is not None
+        and (s.now - r.since).total_seconds() > s.timing.pending_timeout_s
+    ]
+    if late:
+        r = late[0]
+        why = r.reason or "StartTimeout"
+        text = f"rank {r.rank} not running after {s.timing.pending_timeout_s:.0f}s"
+        _restart(s, current, RestartCause.FAILURE, why, f"{text}: {r.message}".rstrip(": "))
+        return
+    if missing:  # Starting, and the backend stopped half-way through the launch
+        s.actions.append(CreateGroup(s.job, st.group, tuple(st.allocation), missing))
+    st.ready_replicas = sum(1 for r in current if r.phase == ReplicaPhase.RUNNING and r.ready)
+    if st.phase == Phase.STARTING and not missing:
+        if all(r.phase == ReplicaPhase.RUNNING for r in current):
+            s.phase(Phase.RUNNING, "Running", f"group {st.group} running")
+        else:
+            waiting = next((r for r in current if r.alive and r.reason), None)
+            if waiting is not None:
+                s.phase(Phase.STARTING, waiting.reason, f"rank {waiting.rank}: {waiting.message}")
+
+
+def step(
+    job: str,
+    spec: AdaptiveJobSpec,
+    status: AdaptiveJobStatus,
+    observed: ObservedWorkers,
+    desired: Sequence[str] | None,
+    now: datetime,
+    timing: Timing | None = None,
+) -> list[Action]:
+    """Actions that move ``job`` (``namespace/name``) one step towards what its spec and the
+    scheduler want. ``desired`` is the scheduler's latest allocation (one node per replica),
+    None before the first round. Calling it again with the same inputs after executing the
+    actions yields no further actions (a fixed point)."""
+    s = _Step(job, spec, status, observed, list(desired) if desired is not None else None, now,
+              timing or Timing())  # fmt: skip
+    st = s.status
+    if st.hints is not None:  # surface the last report in status (printer columns, metrics)
+        st.batch_size = st.hints.batch_size
+        st.goodput = st.hints.goodput
+    current = observed.of_group(st.group)
+    # Older groups never overlap the current one.
+    s.stop(observed.others(st.group))
+
+    if st.phase.finished:
+        s.stop(current)
+        return s.finish()
+
+    if spec.suspend:
+        s.stop(current)
+        st.allocation, st.replicas, st.ready_replicas = [], 0, 0
+        st.restart_after = None
+        s.phase(Phase.SUSPENDED, "Suspended", "spec.suspend is true")
+        return s.finish()
+    if st.phase == Phase.SUSPENDED:
+        s.phase(Phase.PENDING, "Resumed", "spec.suspend is false")
+
+    if st.phase in (Phase.PENDING, Phase.RESTARTING) or st.group == 0:
+        if st.phase == Phase.RESTARTING and _succeeded(current):
+            s.phase(Phase.SUCCEEDED, "Succeeded", "workers finished while being stopped")
+        elif observed.any_alive():
+            s.stop(current)  # wait for every replica to exit before the next group
+        else:
+            _start_group(s)
+        return s.finish()
+
+    _active(s, current)
+    return s.finish()
+
+
+def teardown(job: str, spec: AdaptiveJobSpec, observed: ObservedWorkers) -> list[Action]:
+    """Actions for a deleted job: stop every live group."""
+    groups = sorted({r.group for r in observed.replicas if r.alive and not r.terminating})
+    return [DeleteGroup(job, g, spec.termination_grace_period_seconds) for g in groups]

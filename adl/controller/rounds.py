@@ -1,0 +1,132 @@
+"""The scheduling round, backend-agnostic: job state in, the policy's allocation out.
+
+``job_info`` turns one job's spec and status (its hints included, via ``adl.sched.hints``) into
+the ``JobInfo`` the policy reads; ``plan_round`` calls any object with the ``Policy`` protocol
+and reports which jobs' desired allocations changed. Both are pure; ``run_round`` is the tiny
+driver that also measures how long the policy took (for the round-latency histogram).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
+from adl.sched.hints import remaining_seconds, speedup_from_hints
+from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
+
+#: Restart cost assumed before a job has measured its own (seconds).
+DEFAULT_RESTART_COST_S = 30.0
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What a backend keeps about one job: enough for the round and for the lifecycle."""
+
+    key: str  # namespace/name
+    spec: AdaptiveJobSpec
+    status: AdaptiveJobStatus
+    created: datetime
+    desired: list[str] | None = None  # the scheduler's latest answer; None before any round
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    allocation: Allocation  # every participating job -> nodes (possibly [])
+    changed: dict[str, list[str]]  # only the jobs whose desired allocation differs
+    jobs: int = 0
+    duration_s: float = 0.0  # policy time (set by run_round)
+
+
+def participates(spec: AdaptiveJobSpec, status: AdaptiveJobStatus) -> bool:
+    """Finished and suspended jobs hold no GPUs and are not offered any."""
+    return not (spec.suspend or status.phase.finished or status.phase == Phase.SUSPENDED)
+
+
+def job_info(record: JobRecord, now: datetime, order: int = 0) -> JobInfo:
+    """The policy's view of one job: only what the job itself reported."""
+    spec, status = record.spec, record.status
+    hints = status.hints
+    speedup = speedup_from_hints(hints)
+    cost = hints.restart_cost_s if hints is not None and hints.restart_cost_s else None
+    return JobInfo(
+        name=record.key,
+        speedup=speedup,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        weight=spec.weight,
+        age_s=max((now - record.created).total_seconds(), 0.0),
+        restarts=status.restart_count(),
+        restart_cost_s=cost if cost is not None else DEFAULT_RESTART_COST_S,
+        attained_service_s=status.attained_service_s,
+        remaining_s=remaining_seconds(hints, speedup),
+        max_profiled_replicas=hints.max_profiled_replicas if hints is not None else 0,
+        preemptible=spec.preemptible,
+        gpus_per_replica=spec.gpus_per_replica,
+        submit_order=order,
+    )
+
+
+def _current(record: JobRecord) -> list[str]:
+    """What the job holds now: the desired allocation if one was set, else the running one."""
+    return list(record.desired if record.desired is not None else record.status.allocation)
+
+
+def plan_round(
+    policy: Policy, jobs: Sequence[JobRecord], nodes: Sequence[NodeInfo], now: datetime
+) -> RoundResult:
+    """Ask the policy for a new allocation of all participating jobs (oldest first)."""
+    ordered = sorted(jobs, key=lambda r: (r.created, r.key))
+    live = [r for r in ordered if participates(r.spec, r.status)]
+    infos = [job_info(r, now, order) for order, r in enumerate(live)]
+    previous = {r.key: _current(r) for r in live}
+    raw = policy.optimize(infos, nodes, previous) if infos else {}
+    allocation = {r.key: list(raw.get(r.key, [])) for r in live}
+    changed = {k: v for k, v in allocation.items() if v != previous[k]}
+    # finished / suspended jobs that still have a desired allocation give it back
+    for r in ordered:
+        if r.key not in allocation and r.desired:
+            changed[r.key] = []
+    return RoundResult(allocation=allocation, changed=changed, jobs=len(infos))
+
+
+def run_round(
+    policy: Policy, jobs: Sequence[JobRecord], nodes: Sequence[NodeInfo], now: datetime
+) -> RoundResult:
+    """``plan_round`` timed with a monotonic clock (the only impure part of the round)."""
+    t0 = time.perf_counter()
+    result = plan_round(policy, jobs, nodes, now)
+    return RoundResult(result.allocation, result.changed, result.jobs, time.perf_counter() - t0)
+
+
+def accrue_service(
+    status: AdaptiveJobStatus, gpus_per_replica: int, elapsed_s: float
+) -> AdaptiveJobStatus:
+    """Status with ``elapsed_s`` of GPU-time added for the replicas it ran (fair-share input)."""
+    if status.phase not in (Phase.RUNNING, Phase.STARTING) or elapsed_s <= 0:
+        return status
+    gained = status.replicas * max(gpus_per_replica, 1) * elapsed_s
+    return status.model_copy(update={"attained_service_s": status.attained_service_s + gained})
+
+
+@dataclass
+class RoundLog:
+    """Round latencies a driver keeps (for benchmarks and the metrics histogram)."""
+
+    durations_s: list[float] = field(default_factory=list)
+
+    def add(self, result: RoundResult) -> None:
+        self.durations_s.append(result.duration_s)
+
+    def summary(self) -> Mapping[str, float]:
+        if not self.durations_s:
+            return {"rounds": 0.0}
+        xs = sorted(self.durations_s)
+        return {
+            "rounds": float(len(xs)),
+            "median_s": xs[len(xs) // 2],
+            "p95_s": xs[min(len(xs) - 1, int(0.95 * len(xs)))],
+            "max_s": xs[-1],
+        }
