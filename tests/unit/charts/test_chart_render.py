@@ -59,12 +59,26 @@ def test_renders(variant: str) -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["readinessProbe"]["httpGet"]["port"] == "health"
     assert pod["serviceAccountName"] == kinds(docs, "ServiceAccount")[0]["metadata"]["name"]
     (svc,) = kinds(docs, "Service")
     assert (
         svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
     )
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_operator_accepts_the_rendered_args(variant: str) -> None:
+    from adl.operator.main import parse_args
+
+    (deploy,) = kinds(render(VARIANTS[variant]), "Deployment")
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    opts = parse_args(container["args"])
+    assert opts.port == 8080 and opts.api_url == "http://adl.adl-system.svc:8080"
+    assert opts.all_namespaces is not VARIANTS[variant].get("namespaced", False)
+    assert opts.standalone is (variant == "no-peering")
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": opts.port, "health": opts.health_port}
 
 
 def test_custom_image_and_pull_secrets() -> None:

@@ -1,0 +1,5 @@
+"""``python -m adl.operator``."""
+
+from adl.operator.main import main
+
+main()

@@ -1,0 +1,116 @@
+"""``python -m adl.operator``: the operator process of the Helm chart's Deployment.
+
+One asyncio loop runs kopf (handlers, scheduling round, peering, liveness endpoint) and, when
+the API service is available, the worker-facing HTTP API beside it, so the round's metrics and
+the hints writes live in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("adl.operator")
+
+#: Hook for the API service: (port) -> coroutine serving it. Set by ``adl.operator.api_store``
+#: when the API package is present; None means kopf runs alone.
+ApiServer = Callable[[int], Awaitable[None]]
+
+
+@dataclass
+class Options:
+    port: int = 8080
+    health_port: int = 8081
+    api_url: str = "http://adl.adl-system.svc:8080"
+    round_interval: float = 30.0
+    gpu_resource: str = "nvidia.com/gpu"
+    namespaces: list[str] = field(default_factory=list)
+    all_namespaces: bool = False
+    peering: str | None = None
+    standalone: bool = False
+    node_selector: dict[str, str] = field(default_factory=dict)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    p = argparse.ArgumentParser(prog="python -m adl.operator", description=__doc__)
+    p.add_argument("--port", type=int, default=8080, help="API service port")
+    p.add_argument("--health-port", type=int, default=8081, help="kopf liveness port")
+    p.add_argument("--api-url", default=Options.api_url, help="URL workers use for the API")
+    p.add_argument("--round-interval", type=float, default=30.0, help="seconds between rounds")
+    p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--namespace", action="append", dest="namespaces", default=None)
+    scope.add_argument("--all-namespaces", "-A", action="store_true")
+    peer = p.add_mutually_exclusive_group()
+    peer.add_argument("--peering", default=None, help="kopf peering object name")
+    peer.add_argument("--standalone", action="store_true")
+    p.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE")
+    a = p.parse_args(argv)
+    selector = {}
+    for item in a.node_selector:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            p.error(f"--node-selector expects KEY=VALUE, got {item!r}")
+        selector[key] = value
+    if a.round_interval <= 0:
+        p.error("--round-interval must be positive")
+    return Options(
+        port=a.port,
+        health_port=a.health_port,
+        api_url=a.api_url,
+        round_interval=a.round_interval,
+        gpu_resource=a.gpu_resource,
+        namespaces=a.namespaces or [],
+        all_namespaces=a.all_namespaces,
+        peering=a.peering,
+        standalone=a.standalone or a.peering is None,
+        node_selector=selector,
+    )
+
+
+def _api_server() -> ApiServer | None:
+    try:
+        module = importlib.import_module("adl.operator.api_store")
+    except ImportError:
+        return None
+    server: ApiServer | None = getattr(module, "serve", None)
+    return server
+
+
+async def run(opts: Options) -> None:
+    import kopf
+
+    from adl.operator import handlers
+
+    handlers.configure(
+        api_url=opts.api_url,
+        round_interval_s=opts.round_interval,
+        gpu_resource=opts.gpu_resource,
+        node_selector=opts.node_selector,
+        namespaces=opts.namespaces,
+    )
+    tasks: list[Awaitable[Any]] = [
+        kopf.operator(
+            clusterwide=opts.all_namespaces,
+            namespaces=opts.namespaces,
+            standalone=opts.standalone,
+            peering_name=opts.peering,
+            liveness_endpoint=f"http://0.0.0.0:{opts.health_port}/healthz",
+        )
+    ]
+    api = _api_server()
+    if api is not None:
+        tasks.append(api(opts.port))
+    else:
+        log.warning("adl.api is not available: running the operator without the API service")
+    await asyncio.gather(*tasks)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(run(parse_args(argv)))

@@ -1,0 +1,44 @@
+"""The operator's command line (what the chart passes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adl.operator.main import parse_args
+
+
+def test_cluster_wide_with_peering() -> None:
+    o = parse_args(["-A", "--peering=adl", "--node-selector=pool=gpu", "--round-interval=10"])
+    assert o.all_namespaces and o.peering == "adl" and not o.standalone
+    assert o.node_selector == {"pool": "gpu"} and o.round_interval == 10
+
+
+def test_namespaced_defaults_to_standalone_without_peering() -> None:
+    o = parse_args(["--namespace=a", "--namespace=b"])
+    assert o.namespaces == ["a", "b"] and not o.all_namespaces and o.standalone
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["-A", "--namespace=a"],
+        ["-A", "--node-selector=novalue"],
+        ["-A", "--round-interval=0"],
+        ["-A", "--peering=x", "--standalone"],
+    ],
+)
+def test_bad_arguments_exit(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+
+
+def test_operator_modules_import_without_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import adl.operator.handlers, adl.operator.client, adl.operator.main, "
+        "adl.cli.cmd_crd; assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
