@@ -85,6 +85,9 @@ class JobContext:
         self.dataset_size: int | None = None
         self._goodput_provider: GoodputProvider | None = None
         self.preemption: Any | None = None  # a PreemptionMonitor once init_process_group ran
+        # A CPU (gloo) group for small control collectives (batch-size broadcast, metrics,
+        # checkpoint barrier), kept apart from the training group's gradient traffic.
+        self.cpu_group: Any | None = None
 
     # ------------------------------------------------------------------ placement
 
@@ -115,6 +118,11 @@ class JobContext:
             return False
         state.load_state_dict(saved)
         return True
+
+    @property
+    def pending_restored(self) -> dict[str, Any]:
+        """States of the last checkpoint that nothing has registered (yet) in this run."""
+        return dict(self._restored)
 
     def unregister(self, name: str) -> None:
         self._states.pop(name, None)

@@ -1,0 +1,120 @@
+"""Checkpoint files: one writer, atomic replacement, safe loading.
+
+A checkpoint is one file, ``adl-checkpoint.pt`` in ``ADL_CHECKPOINT_DIR``, holding
+``{"format": 1, "states": {name: state_dict}}``. Rank 0 writes it to a temporary file in the same
+directory, fsyncs it and renames it over the old one, so a crash at any moment (kill -9 included)
+leaves either the previous checkpoint or the new one, never a torn file. Loading uses
+``torch.load(weights_only=True)``: tensors and plain containers only, no arbitrary pickle code.
+States describe the global job (not one rank), so a checkpoint loads at any world size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from adl.client_lib.context import JobContext
+
+log = logging.getLogger(__name__)
+
+FILENAME = "adl-checkpoint.pt"
+FORMAT = 1
+_TMP_PREFIX = ".adl-checkpoint-"
+_TMP_SUFFIX = ".tmp"
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint file exists but is not one this library wrote."""
+
+
+def checkpoint_path(directory: Path) -> Path:
+    return Path(directory) / FILENAME
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # some filesystems do not allow opening a directory
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_temporaries(directory: Path) -> None:
+    for stale in directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def write(directory: Path, states: dict[str, Any]) -> Path:
+    """Write ``states`` atomically (temp file + fsync + rename); return the checkpoint path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(directory)
+    payload = {"format": FORMAT, "states": states}
+    fd, tmp_name = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=directory)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        final = checkpoint_path(directory)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)
+    return final
+
+
+def load(directory: Path | None) -> dict[str, Any] | None:
+    """The states of the last checkpoint in ``directory``, or None when there is none."""
+    if directory is None:
+        return None
+    path = checkpoint_path(Path(directory))
+    if not path.exists():
+        return None
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not an adl checkpoint (format {FORMAT})")
+    states = payload.get("states")
+    if not isinstance(states, dict):
+        raise CheckpointError(f"{path} has no states")
+    log.info("restoring checkpoint %s (%s)", path, ", ".join(sorted(states)))
+    return states
+
+
+def save(ctx: JobContext) -> Path | None:
+    """Collective checkpoint of every registered state; rank 0 writes, all ranks wait for it.
+
+    States restored from the last checkpoint but not registered (yet) in this run are carried
+    over unchanged, so a lazily created object does not lose its state.
+    """
+    for state in ctx.states.values():
+        prepare = getattr(state, "prepare_checkpoint", None)
+        if callable(prepare):
+            prepare()
+    path: Path | None = None
+    directory = ctx.env.checkpoint_dir
+    if ctx.rank == 0 and directory is not None:
+        states: dict[str, Any] = dict(ctx.pending_restored)
+        for name, state in ctx.states.items():
+            states[name] = state.state_dict()
+        path = write(directory, states)
+        log.info("checkpoint written to %s", path)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier(group=ctx.cpu_group)
+    return path

@@ -1,0 +1,142 @@
+"""Reading the worker environment and joining the job: ``adl.init_process_group``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from adl.client_lib import checkpoint
+from adl.client_lib.context import JobContext, WorkerEnv, get_context, has_context, set_context
+from adl.client_lib.preemption import PreemptionMonitor
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_TIMEOUT_S = 600.0
+
+
+def _int(environ: Mapping[str, str], key: str, default: int) -> int:
+    raw = environ.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{key} must be an integer, got {raw!r}") from exc
+
+
+def _path(environ: Mapping[str, str], key: str) -> Path | None:
+    raw = environ.get(key)
+    return Path(raw) if raw else None
+
+
+def read_worker_env(environ: Mapping[str, str] | None = None) -> WorkerEnv:
+    """Parse the ``ADL_*`` variables of the worker contract; all absent means standalone."""
+    e = os.environ if environ is None else environ
+    world = _int(e, "ADL_WORLD_SIZE", 1)
+    rank = _int(e, "ADL_RANK", 0)
+    local_world = _int(e, "ADL_LOCAL_WORLD_SIZE", world)
+    local_rank = _int(e, "ADL_LOCAL_RANK", rank % max(local_world, 1))
+    env = WorkerEnv(
+        job=e.get("ADL_JOB") or None,
+        group=_int(e, "ADL_GROUP", 0),
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        local_world_size=local_world,
+        num_nodes=_int(e, "ADL_NUM_NODES", 1),
+        master_addr=e.get("ADL_MASTER_ADDR") or "127.0.0.1",
+        master_port=_int(e, "ADL_MASTER_PORT", 0) or None,
+        checkpoint_dir=_path(e, "ADL_CHECKPOINT_DIR"),
+        api_url=e.get("ADL_API_URL") or None,
+        token_file=_path(e, "ADL_TOKEN_FILE"),
+    )
+    _validate(env)
+    return env
+
+
+def _validate(env: WorkerEnv) -> None:
+    if env.world_size < 1 or not 0 <= env.rank < env.world_size:
+        raise ValueError(f"need 0 <= ADL_RANK < ADL_WORLD_SIZE, got {env.rank}/{env.world_size}")
+    if not 0 <= env.local_rank < env.local_world_size:
+        raise ValueError(
+            f"need 0 <= ADL_LOCAL_RANK < ADL_LOCAL_WORLD_SIZE, "
+            f"got {env.local_rank}/{env.local_world_size}"
+        )
+    if env.num_nodes < 1 or env.num_nodes > env.world_size:
+        raise ValueError(f"ADL_NUM_NODES must be in [1, world size], got {env.num_nodes}")
+    if env.world_size > 1 and env.master_port is None:
+        raise ValueError("ADL_MASTER_PORT is required when ADL_WORLD_SIZE > 1")
+
+
+def default_backend() -> str:
+    """nccl when this process has a GPU, gloo otherwise."""
+    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+
+
+def init_process_group(
+    backend: str | None = None,
+    *,
+    timeout_s: float | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> JobContext:
+    """Join the job described by the environment and return the process-wide context.
+
+    Rendezvous goes through torch.distributed's TCP store at ADL_MASTER_ADDR:ADL_MASTER_PORT
+    (rank 0 hosts it). With one process nothing is initialized and the script runs standalone.
+    The last checkpoint in ADL_CHECKPOINT_DIR, if any, is read now and handed to each state as
+    it registers. Calling this twice returns the existing context.
+    """
+    if has_context():
+        return get_context()
+    env = read_worker_env(environ)
+    e = os.environ if environ is None else environ
+    if timeout_s is None:
+        timeout_s = float(e.get("ADL_DIST_TIMEOUT_S") or _DEFAULT_TIMEOUT_S)
+    stop_group: dist.ProcessGroup | None = None
+    cpu_group: dist.ProcessGroup | None = None
+    if not env.standalone:
+        chosen = backend or default_backend()
+        if chosen == "nccl":
+            torch.cuda.set_device(env.local_rank)
+        dist.init_process_group(
+            chosen,
+            init_method=f"tcp://{env.master_addr}:{env.master_port}",
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        # Separate CPU groups: one for the asynchronous stop flag, one for small control
+        # collectives, so neither interleaves with the gradient traffic of the default group.
+        stop_group = dist.new_group(backend="gloo")
+        cpu_group = dist.new_group(backend="gloo")
+        log.info("joined job %s as rank %d/%d", env.job, env.rank, env.world_size)
+    restored = checkpoint.load(env.checkpoint_dir) if env.checkpoint_dir else None
+    ctx = JobContext(env, restored)
+    ctx.cpu_group = cpu_group
+    ctx.preemption = PreemptionMonitor.from_env(env, group=stop_group, environ=e)
+    ctx.preemption.install()
+    set_context(ctx)
+    return ctx
+
+
+def context() -> JobContext:
+    """The process-wide context, joining the job (standalone when unset) on first use."""
+    return get_context() if has_context() else init_process_group()
+
+
+def shutdown() -> None:
+    """Leave the job: stop watching for preemption, destroy the group, forget the context."""
+    if not has_context():
+        return
+    ctx = get_context()
+    if ctx.preemption is not None:
+        ctx.preemption.uninstall()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    set_context(None)
