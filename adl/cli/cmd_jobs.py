@@ -1,0 +1,345 @@
+"""Job commands over any backend: submit, ls, describe, logs, delete, top.
+
+Bad input ends in one clear line on stderr and exit code 1 or 2, never a traceback."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from adl.cli.backend import Backend, BackendError, JobView
+from adl.models import AdaptiveJobSpec, Phase, RestartCause
+
+BackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="local or k8s (default: local unless a kube context is configured; $ADL_BACKEND)",
+    ),
+]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="namespace of the job")]
+
+_err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print one error line and return the exit to raise."""
+    _err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    return typer.Exit(code)
+
+
+def _backend(name: str | None) -> Backend:
+    from adl.cli.backends import get_backend
+
+    try:
+        return get_backend(name)
+    except BackendError as err:
+        raise fail(str(err)) from None
+
+
+def validation_message(err: ValidationError) -> str:
+    """pydantic errors as one line: ``spec.maxReplicas: Input should be ...; ...``."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if p != "__root__")
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def spec_from_command(
+    command: list[str],
+    *,
+    min_replicas: int,
+    max_replicas: int,
+    env: list[str],
+    workdir: str | None,
+    max_restarts: int | None,
+) -> AdaptiveJobSpec:
+    """An AdaptiveJob spec running ``command`` (the local backend's usual case)."""
+    env_list = []
+    for item in env:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise ValueError(f"--env expects NAME=VALUE, got {item!r}")
+        env_list.append({"name": k, "value": v})
+    container: dict[str, Any] = {"name": "trainer", "command": list(command)}
+    if env_list:
+        container["env"] = env_list
+    if workdir:
+        container["workingDir"] = workdir
+    body: dict[str, Any] = {
+        "template": {"spec": {"containers": [container]}},
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
+    }
+    if max_restarts is not None:
+        body["maxRestarts"] = max_restarts
+    return AdaptiveJobSpec.model_validate(body)
+
+
+def manifest(path: Path) -> tuple[str | None, str | None, AdaptiveJobSpec]:
+    """(name, namespace, spec) from an AdaptiveJob YAML file."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(doc, dict) or "spec" not in doc:
+        raise ValueError(f"{path}: expected an AdaptiveJob manifest with a 'spec'")
+    if doc.get("kind", "AdaptiveJob") != "AdaptiveJob":
+        raise ValueError(f"{path}: kind must be AdaptiveJob, got {doc.get('kind')!r}")
+    meta = doc.get("metadata") or {}
+    return meta.get("name"), meta.get("namespace"), AdaptiveJobSpec.model_validate(doc["spec"])
+
+
+# ---------------------------------------------------------------------- rendering (pure)
+
+
+def age(created: datetime | None, now: datetime | None = None) -> str:
+    if created is None:
+        return "-"
+    s = int(((now or datetime.now(UTC)) - created).total_seconds())
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h"
+
+
+def _restarts(v: JobView) -> str:
+    st = v.status
+    total = st.restart_count()
+    if not total:
+        return "0"
+    parts = [f"{c.value}:{st.restart_count(c)}" for c in RestartCause if st.restart_count(c)]
+    return f"{total} ({', '.join(parts)})"
+
+
+_PHASE_STYLE = {
+    Phase.RUNNING: "green",
+    Phase.SUCCEEDED: "bold green",
+    Phase.FAILED: "bold red",
+    Phase.RESTARTING: "yellow",
+    Phase.STARTING: "cyan",
+    Phase.PENDING: "dim",
+    Phase.SUSPENDED: "magenta",
+}
+
+
+def jobs_table(views: list[JobView], now: datetime | None = None) -> Table:
+    """The table of ``ls`` and ``top``: job, phase, replicas, batch size, goodput, restarts."""
+    table = Table(box=None, header_style="bold")
+    for col in ("JOB", "PHASE", "REPLICAS", "BATCH", "GOODPUT", "RESTARTS", "AGE"):
+        table.add_column(col, justify="right" if col in ("BATCH", "GOODPUT") else "left")
+    for v in views:
+        st = v.status
+        name = v.name if v.namespace == "default" else f"{v.namespace}/{v.name}"
+        table.add_row(
+            name,
+            f"[{_PHASE_STYLE.get(st.phase, '')}]{st.phase.value}[/]",
+            f"{st.replicas} ({v.spec.min_replicas}-{v.spec.max_replicas})",
+            str(st.batch_size) if st.batch_size else "-",
+            f"{st.goodput:.1f}" if st.goodput is not None else "-",
+            _restarts(v),
+            age(v.created, now),
+        )
+    return table
+
+
+def describe_text(v: JobView) -> str:
+    """``adl describe``: spec essentials, status with the reason, conditions, events."""
+    st, spec = v.status, v.spec
+    cmd = spec.trainer.get("command") or []
+    args = spec.trainer.get("args") or []
+    lines = [
+        f"Name:         {v.name}",
+        f"Namespace:    {v.namespace}",
+        f"Command:      {shlex.join([*cmd, *args]) if cmd else spec.trainer.get('image', '-')}",
+        f"Replicas:     min {spec.min_replicas}, max {spec.max_replicas}",
+        f"MaxRestarts:  {spec.max_restarts}",
+        f"Phase:        {st.phase.value}",
+    ]
+    if st.reason or st.message:
+        lines.append(f"Reason:       {st.reason}: {st.message}".rstrip(": "))
+    lines += [
+        f"Group:        {st.group}",
+        f"Allocation:   {', '.join(st.allocation) or '-'} ({st.replicas} replicas)",
+        f"Restarts:     {_restarts(v)}",
+        f"Batch size:   {st.batch_size or '-'}",
+        f"Goodput:      {f'{st.goodput:.2f}' if st.goodput is not None else '-'}",
+    ]
+    if st.hints is not None:
+        h = st.hints
+        total = f"/{h.total_progress:.0f}" if h.total_progress else ""
+        lines.append(f"Progress:     {h.progress:.0f}{total} scale-invariant steps")
+    if st.start_time:
+        lines.append(f"Started:      {st.start_time.isoformat(timespec='seconds')}")
+    if st.completion_time:
+        lines.append(f"Completed:    {st.completion_time.isoformat(timespec='seconds')}")
+    if st.conditions:
+        lines.append("Conditions:")
+        for c in st.conditions:
+            lines.append(f"  {c.type:<10} {c.status:<6} {c.reason} {c.message}".rstrip())
+    if v.events:
+        lines.append("Events:")
+        lines += [f"  {e}" for e in v.events]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(context_settings={"allow_interspersed_args": False})
+    def submit(
+        name: Annotated[
+            str | None, typer.Argument(help="job name (or metadata.name of -f)")
+        ] = None,
+        command: Annotated[
+            list[str] | None, typer.Argument(help="the trainer command, after --")
+        ] = None,
+        file: Annotated[Path | None, typer.Option("--file", "-f", help="AdaptiveJob YAML")] = None,
+        namespace: NamespaceOpt = "default",
+        min_replicas: Annotated[int, typer.Option("--min", help="fewest replicas")] = 1,
+        max_replicas: Annotated[int, typer.Option("--max", help="most replicas")] = 4,
+        env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE")] = None,
+        workdir: Annotated[str | None, typer.Option("--workdir", help="working directory")] = None,
+        max_restarts: Annotated[int | None, typer.Option("--max-restarts")] = None,
+        backend: BackendOpt = None,
+    ) -> None:
+        """Submit a job: ``adl submit NAME -- python train.py`` or ``adl submit -f job.yaml``."""
+        try:
+            if file is not None:
+                if command:
+                    raise ValueError("give either -f FILE or a command, not both")
+                file_name, file_ns, spec = manifest(file)
+                name = name or file_name
+                if file_ns and namespace == "default":
+                    namespace = file_ns
+            else:
+                if not command:
+                    raise ValueError("nothing to run: give a command after -- or -f FILE")
+                spec = spec_from_command(
+                    command,
+                    min_replicas=min_replicas,
+                    max_replicas=max_replicas,
+                    env=env or [],
+                    workdir=str(Path(workdir or ".").resolve()),
+                    max_restarts=max_restarts,
+                )
+            if not name:
+                raise ValueError("the job needs a name")
+            _check_name(name)
+        except ValidationError as err:
+            raise fail(f"invalid job: {validation_message(err)}", 2) from None
+        except ValueError as err:
+            raise fail(str(err), 2) from None
+        b = _backend(backend)
+        try:
+            v = b.submit(name, namespace, spec)
+        except BackendError as err:
+            raise fail(str(err)) from None
+        typer.echo(f"job {v.namespace}/{v.name} submitted")
+
+    @app.command("ls")
+    def ls(
+        namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+        backend: BackendOpt = None,
+    ) -> None:
+        """List jobs."""
+        b = _backend(backend)
+        try:
+            views = b.list(namespace)
+        except BackendError as err:
+            raise fail(str(err)) from None
+        if not views:
+            typer.echo("no jobs")
+            return
+        Console().print(jobs_table(views))
+
+    @app.command()
+    def describe(
+        name: str, namespace: NamespaceOpt = "default", backend: BackendOpt = None
+    ) -> None:
+        """Show a job's spec, status (with the reason of a failure), conditions and events."""
+        b = _backend(backend)
+        try:
+            v = b.get(name, namespace)
+        except BackendError as err:
+            raise fail(str(err)) from None
+        typer.echo(describe_text(v))
+
+    @app.command()
+    def logs(
+        name: str,
+        namespace: NamespaceOpt = "default",
+        follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+        replica: Annotated[int, typer.Option("--replica", "-r", help="rank to show")] = 0,
+        backend: BackendOpt = None,
+    ) -> None:
+        """Print a job's worker log (rank 0 unless --replica); -f follows until it finishes."""
+        b = _backend(backend)
+        try:
+            for line in b.logs(name, namespace, follow=follow, replica=replica):
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+        except BackendError as err:
+            raise fail(str(err)) from None
+        except KeyboardInterrupt:
+            pass
+
+    @app.command()
+    def delete(name: str, namespace: NamespaceOpt = "default", backend: BackendOpt = None) -> None:
+        """Delete a job (its workers are stopped)."""
+        b = _backend(backend)
+        try:
+            b.delete(name, namespace)
+        except BackendError as err:
+            raise fail(str(err)) from None
+        typer.echo(f"job {namespace}/{name} deleted")
+
+    @app.command()
+    def top(
+        namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+        interval: Annotated[float, typer.Option(help="refresh period, seconds")] = 1.0,
+        once: Annotated[bool, typer.Option("--once", help="print one table and exit")] = False,
+        backend: BackendOpt = None,
+    ) -> None:
+        """A live table of jobs (Ctrl-C to leave)."""
+        from rich.live import Live
+
+        b = _backend(backend)
+        try:
+            if once:
+                Console().print(jobs_table(b.list(namespace)))
+                return
+            with Live(jobs_table(b.list(namespace)), refresh_per_second=4) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(jobs_table(b.list(namespace)))
+        except BackendError as err:
+            raise fail(str(err)) from None
+        except KeyboardInterrupt:
+            pass
+
+
+def _check_name(name: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+        raise ValueError(
+            f"invalid job name {name!r}: use lowercase letters, digits and '-', at most 63"
+        )

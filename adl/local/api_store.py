@@ -1,0 +1,78 @@
+"""The API service's store protocol (``adl.api.store.ApiStore``) over the local SQLite state,
+so the daemon serves the same hints, rendezvous and metrics endpoints as the operator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from adl.api.auth import find_owner
+from adl.api.store import JobSnapshot, UnknownJob
+from adl.controller.env import node_slots
+from adl.local.store import JobNotFound, Store
+from adl.models import GroupInfo, Hints
+
+if TYPE_CHECKING:
+    from adl.local.daemon import Daemon
+
+
+class LocalApiStore:
+    """Reads and writes go straight to SQLite (the daemon reloads rows whose revision moved)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def token_owner(self, token: str) -> str | None:
+        return find_owner(((r.key, r.token) for r in self.store.jobs()), token)
+
+    def put_hints(self, job: str, hints: Hints) -> None:
+        try:
+            self.store.set_hints(job, hints)
+        except JobNotFound:
+            raise UnknownJob(job) from None
+
+    def get_hints(self, job: str) -> Hints | None:
+        try:
+            return self.store.job(job).hints
+        except JobNotFound:
+            raise UnknownJob(job) from None
+
+    def group_info(self, job: str) -> GroupInfo | None:
+        try:
+            rec = self.store.job(job)
+        except JobNotFound:
+            raise UnknownJob(job) from None
+        st = rec.status
+        if st.group == 0:
+            return None
+        port = next((g.port for g in self.store.groups(job) if g.group == st.group), None)
+        return GroupInfo(
+            job=job,
+            group=st.group,
+            phase=st.phase,
+            master_addr="127.0.0.1",
+            master_port=port or 0,
+            world_size=len(st.allocation),
+            num_nodes=len(node_slots(st.allocation)),
+            allocation=list(st.allocation),
+        )
+
+    def list_jobs(self) -> Iterable[JobSnapshot]:
+        return [
+            JobSnapshot(r.key, r.status_with_hints(), r.spec.gpus_per_replica)
+            for r in self.store.jobs()
+        ]
+
+    def ready(self) -> bool:
+        try:
+            self.store.get_meta("daemon_pid")
+        except Exception:
+            return False
+        return True
+
+
+def build_app(daemon: Daemon) -> Any:
+    """The FastAPI app of ``adl.api`` bound to the daemon's state."""
+    from adl.api.app import create_app
+
+    return create_app(LocalApiStore(daemon.store))

@@ -1,0 +1,220 @@
+"""The local backend as the CLI sees it: jobs go into the daemon's SQLite database, status and
+events come out of it, logs are read from the per-job log files. The daemon is started on
+demand (a detached process) when a job is submitted and none is running."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from adl.cli.backend import BackendError, JobView
+from adl.local.processes import GroupPaths
+from adl.local.store import JobExists, JobNotFound, JobRecord, Store, default_home, job_key
+from adl.models import AdaptiveJobSpec
+
+DB_NAME = "state.db"
+LOCK_NAME = "daemon.lock"
+PID_NAME = "daemon.pid"
+
+
+def daemon_pid(home: Path) -> int | None:
+    """The pid of the daemon serving ``home``, or None when none holds the lock."""
+    lock = home / LOCK_NAME
+    if not lock.exists():
+        return None
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return int((home / PID_NAME).read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                return -1  # locked but the pidfile is not written yet
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return None
+
+
+def start_daemon(
+    home: Path,
+    *,
+    slots: int | None = None,
+    round_s: float | None = None,
+    wait_s: float = 30.0,
+    extra_args: list[str] | None = None,
+) -> int:
+    """Start a detached daemon for ``home`` unless one runs; wait until it serves. Returns its
+    pid."""
+    pid = daemon_pid(home)
+    if pid is not None and pid > 0 and _serving(home, pid):
+        return pid
+    home.mkdir(parents=True, exist_ok=True)
+    if pid is None:
+        args = [sys.executable, "-m", "adl.local.daemon", "--home", str(home)]
+        if slots is not None:
+            args += ["--slots", str(slots)]
+        if round_s is not None:
+            args += ["--round-s", str(round_s)]
+        args += extra_args or []
+        with open(home / "daemon.log", "ab") as log:
+            subprocess.Popen(
+                args,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+            )
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pid = daemon_pid(home)
+        if pid is not None and pid > 0 and _serving(home, pid):
+            return pid
+        time.sleep(0.05)
+    raise BackendError(f"the local daemon did not start; see {home / 'daemon.log'}")
+
+
+def _serving(home: Path, pid: int) -> bool:
+    """The daemon with ``pid`` finished starting (it records itself last)."""
+    db = home / DB_NAME
+    if not db.exists():
+        return False
+    store = Store(db)
+    try:
+        return store.get_meta("daemon_pid") == str(pid)
+    finally:
+        store.close()
+
+
+def stop_daemon(home: Path, timeout_s: float = 30.0) -> bool:
+    """SIGTERM the daemon (workers keep running and are adopted by the next one). True when a
+    daemon was stopped."""
+    import signal
+
+    pid = daemon_pid(home)
+    if pid is None or pid <= 0:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and daemon_pid(home) is not None:
+        time.sleep(0.05)
+    return daemon_pid(home) is None
+
+
+def view(rec: JobRecord, events: bool = False, store: Store | None = None) -> JobView:
+    evs: list[str] = []
+    if events and store is not None:
+        for e in store.events(rec.key):
+            ts = datetime.fromtimestamp(e.ts, UTC).strftime("%H:%M:%S")
+            evs.append(f"{ts} {e.type} {e.reason}: {e.message}")
+    return JobView(
+        name=rec.name,
+        namespace=rec.namespace,
+        spec=rec.spec,
+        status=rec.status_with_hints(),
+        created=datetime.fromtimestamp(rec.created, UTC),
+        events=evs,
+    )
+
+
+class LocalBackend:
+    """:class:`adl.cli.backend.Backend` over the local daemon's state directory."""
+
+    def __init__(
+        self, home: Path | str | None = None, *, autostart: bool = True, slots: int | None = None
+    ) -> None:
+        self.home = Path(home) if home is not None else default_home()
+        self.autostart = autostart
+        self.slots = slots
+        self._store: Store | None = None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self.home.mkdir(parents=True, exist_ok=True)
+            self._store = Store(self.home / DB_NAME)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def submit(self, name: str, namespace: str, spec: AdaptiveJobSpec) -> JobView:
+        if not spec.trainer.get("command"):
+            raise BackendError(
+                "the local backend runs commands, not images: set "
+                "template.spec.containers[0].command"
+            )
+        try:
+            rec = self.store.add_job(namespace, name, spec)
+        except JobExists as err:
+            raise BackendError(str(err)) from None
+        if self.autostart:
+            start_daemon(self.home, slots=self.slots)
+        return view(rec)
+
+    def list(self, namespace: str | None = None) -> list[JobView]:
+        return [view(r) for r in self.store.jobs(namespace)]
+
+    def get(self, name: str, namespace: str) -> JobView:
+        try:
+            rec = self.store.job(job_key(namespace, name))
+        except JobNotFound:
+            raise BackendError(f"job {namespace}/{name} not found") from None
+        return view(rec, events=True, store=self.store)
+
+    def delete(self, name: str, namespace: str) -> None:
+        try:
+            self.store.mark_deleted(job_key(namespace, name))
+        except JobNotFound:
+            raise BackendError(f"job {namespace}/{name} not found") from None
+        if self.autostart and daemon_pid(self.home) is None:
+            start_daemon(self.home, slots=self.slots)
+
+    def logs(
+        self, name: str, namespace: str, *, follow: bool = False, replica: int | None = None
+    ) -> Iterator[str]:
+        key = job_key(namespace, name)
+        try:
+            self.store.job(key)
+        except JobNotFound:
+            raise BackendError(f"job {namespace}/{name} not found") from None
+        path = GroupPaths.for_job(self.home, namespace, name).log(replica or 0)
+        return _tail(path, follow, lambda: self._finished(key))
+
+    def _finished(self, key: str) -> bool:
+        try:
+            rec = self.store.job(key)
+        except JobNotFound:
+            return True
+        return rec.status.phase.finished and not self.store.groups(key, live_only=True)
+
+
+def _tail(path: Path, follow: bool, done: Callable[[], bool]) -> Iterator[str]:
+    """Lines of ``path``; with ``follow``, keep reading until ``done()`` and the file is drained."""
+    pos = 0
+    partial = ""
+    while True:
+        if path.exists():
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                fh.seek(pos)
+                chunk = fh.read()
+                pos = fh.tell()
+            text = partial + chunk
+            lines = text.split("\n")
+            partial = lines.pop()
+            yield from lines
+        if not follow:
+            if partial:
+                yield partial
+            return
+        if done():
+            follow = False
+            continue
+        time.sleep(0.2)

@@ -1,0 +1,195 @@
+"""Worker groups as local processes: launch a group's shim in its own session, observe it
+(alive? which exit codes?) from files that survive a daemon restart, and stop it with
+SIGTERM then SIGKILL on the whole process group."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adl.local.shim import proc_start_ticks, write_atomic
+
+
+@dataclass(frozen=True)
+class GroupPaths:
+    """Where one job keeps its files under the state directory."""
+
+    root: Path
+
+    @classmethod
+    def for_job(cls, home: Path, namespace: str, name: str) -> GroupPaths:
+        return cls(home / "jobs" / namespace / name)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def token(self) -> Path:
+        return self.root / "token"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def log(self, rank: int) -> Path:
+        return self.logs / f"r{rank}.log"
+
+    def plan(self, group: int) -> Path:
+        return self.root / "groups" / f"g{group}.plan.json"
+
+    def pidfile(self, group: int) -> Path:
+        return self.root / "groups" / f"g{group}.pid"
+
+    def result(self, group: int) -> Path:
+        return self.root / "groups" / f"g{group}.result.json"
+
+    def recorded_groups(self) -> list[int]:
+        """Every group that ever wrote a pidfile (including ones the database never saw)."""
+        folder = self.root / "groups"
+        if not folder.is_dir():
+            return []
+        out = []
+        for p in folder.glob("g*.pid"):
+            try:
+                out.append(int(p.name[1:-4]))
+            except ValueError:
+                continue
+        return sorted(out)
+
+
+@dataclass(frozen=True)
+class GroupProcess:
+    """The shim of a running group: pid plus its start time, which tells it from pid reuse."""
+
+    pid: int
+    start_ticks: int
+
+
+def free_port() -> int:
+    """A TCP port free right now on 127.0.0.1 (for the group's rendezvous store)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(
+    paths: GroupPaths,
+    group: int,
+    ranks: list[dict[str, Any]],
+    *,
+    grace_s: float,
+    cwd: str | None = None,
+) -> tuple[GroupProcess, subprocess.Popen[bytes]]:
+    """Start the shim for ``group``; ``ranks`` holds per rank ``argv`` and ``env``.
+
+    The caller keeps the Popen to reap the shim (it is our child until we die)."""
+    plan_path = paths.plan(group)
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    for old in (paths.result(group), paths.pidfile(group)):
+        old.unlink(missing_ok=True)
+    plan = {
+        "group": group,
+        "grace_s": grace_s,
+        "cwd": cwd,
+        "pidfile": str(paths.pidfile(group)),
+        "result": str(paths.result(group)),
+        "ranks": [{**r, "log": str(paths.log(int(r["rank"])))} for r in ranks],
+    }
+    plan_path.write_text(json.dumps(plan))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADL_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adl.local.shim", str(plan_path)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(paths.root / "groups" / f"g{group}.shim.log", "ab"),  # noqa: SIM115
+        env=env,
+        close_fds=True,
+    )
+    ticks = proc_start_ticks(proc.pid) or 0
+    # The shim writes the same file itself; writing it here too closes the window before it
+    # runs, so a daemon killed right now still finds this group on restart.
+    paths.pidfile(group).write_text(f"{proc.pid} {ticks}\n")
+    return GroupProcess(proc.pid, ticks), proc
+
+
+def read_pidfile(path: Path) -> GroupProcess | None:
+    try:
+        pid, ticks = path.read_text().split()
+        return GroupProcess(int(pid), int(ticks))
+    except (OSError, ValueError):
+        return None
+
+
+def alive(proc: GroupProcess) -> bool:
+    """The shim is running (the same process we launched, not a reused pid)."""
+    ticks = proc_start_ticks(proc.pid)
+    if ticks is None:
+        return False
+    return proc.start_ticks == 0 or ticks == proc.start_ticks
+
+
+def group_alive(proc: GroupProcess) -> bool:
+    """Any process of the group is still running (a rank may outlive a SIGKILLed shim)."""
+    if alive(proc):
+        return True
+    return any_in_pgid(proc.pid)
+
+
+def any_in_pgid(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) also succeeds for zombies; look for a live member.
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to every process of the group; a group already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    """The shim's final record: per-rank exit codes, failure text; None while running."""
+    return read_json(path)
+
+
+def write_result_if_missing(path: Path, codes: list[int]) -> None:
+    """Record the end of a group whose shim was killed before it could (so the outcome is
+    decided once and never re-derived differently)."""
+    if not path.exists():
+        write_atomic(
+            path, json.dumps({"codes": codes, "ended": time.time(), "failure": "", "killed": True})
+        )
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,396 @@
+"""The local backend's state in SQLite: jobs (spec, status, hints, desired allocation), worker
+groups (pids, lifetimes, exit codes) and events.
+
+SQLite (WAL mode) is the only state the daemon keeps, so a daemon killed at any point restarts
+from here and carries on. The CLI opens the same file from another process: it inserts jobs and
+marks them deleted, the daemon owns status, the API owns hints. Each writer touches only its own
+columns, so concurrent writers never clobber each other; every write bumps ``rev`` so the daemon
+reloads only rows that changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    key TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    created REAL NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL,
+    hints TEXT,
+    token TEXT NOT NULL,
+    desired TEXT,
+    restart_after REAL,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    rev INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS groups (
+    key TEXT NOT NULL,
+    grp INTEGER NOT NULL,
+    replicas INTEGER NOT NULL,
+    pid INTEGER,
+    start_ticks INTEGER,
+    port INTEGER,
+    devices TEXT,
+    started REAL NOT NULL,
+    ended REAL,
+    codes TEXT,
+    PRIMARY KEY (key, grp)
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    ts REAL NOT NULL,
+    type TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_key ON events (key, id);
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+"""
+
+
+def default_home() -> Path:
+    """``$ADL_HOME`` or ``~/.adl/local``: where the daemon keeps its database, logs, checkpoints."""
+    env = os.environ.get("ADL_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".adl" / "local"
+
+
+def job_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+class JobExists(ValueError):
+    """A job with that namespace/name was already submitted."""
+
+
+class JobNotFound(KeyError):
+    """No such job."""
+
+
+@dataclass
+class JobRecord:
+    """One row of ``jobs`` with its JSON columns parsed."""
+
+    key: str
+    namespace: str
+    name: str
+    seq: int
+    created: float
+    spec: AdaptiveJobSpec
+    status: AdaptiveJobStatus
+    token: str
+    desired: list[str] | None = None
+    restart_after: float | None = None
+    deleted: bool = False
+    rev: int = 0
+    hints: Hints | None = None
+
+    def status_with_hints(self) -> AdaptiveJobStatus:
+        """The status as users see it: the last hints report merged in."""
+        if self.hints is None:
+            return self.status
+        st = self.status.model_copy()
+        st.hints = self.hints
+        st.batch_size = self.hints.batch_size
+        st.goodput = self.hints.goodput
+        return st
+
+
+@dataclass
+class GroupRecord:
+    """One launched worker group (the local equivalent of a pod)."""
+
+    key: str
+    group: int
+    replicas: int
+    pid: int | None
+    start_ticks: int | None
+    port: int | None
+    devices: list[int] = field(default_factory=list)
+    started: float = 0.0
+    ended: float | None = None
+    codes: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    key: str
+    ts: float
+    type: str
+    reason: str
+    message: str
+
+
+class Store:
+    """Thread-safe access to the state database (one connection, one lock per process)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(
+            str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction: writers serialize, readers never see half a change."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
+    # ------------------------------------------------------------------ jobs
+
+    def add_job(self, namespace: str, name: str, spec: AdaptiveJobSpec) -> JobRecord:
+        key = job_key(namespace, name)
+        now = time.time()
+        token = secrets.token_urlsafe(32)
+        status = AdaptiveJobStatus()
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE key=?", (key,)).fetchone():
+                raise JobExists(f"job {key} already exists (delete it first)")
+            (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()
+            db.execute(
+                "INSERT INTO jobs (key, namespace, name, seq, created, spec, status, token, rev)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                (key, namespace, name, seq, now, _dump(spec), _dump(status), token),
+            )
+            _event(
+                db,
+                key,
+                "Normal",
+                "Submitted",
+                f"{spec.min_replicas}-{spec.max_replicas} replicas requested",
+            )
+        return self.job(key)
+
+    def job(self, key: str) -> JobRecord:
+        rows = self._query(f"SELECT {_JOB_COLS} FROM jobs WHERE key=?", (key,))
+        if not rows:
+            raise JobNotFound(key)
+        return _job(rows[0])
+
+    def jobs(
+        self, namespace: str | None = None, *, include_deleted: bool = False
+    ) -> list[JobRecord]:
+        sql = f"SELECT {_JOB_COLS} FROM jobs"
+        where, args = [], []
+        if namespace is not None:
+            where.append("namespace=?")
+            args.append(namespace)
+        if not include_deleted:
+            where.append("deleted=0")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [_job(r) for r in self._query(sql + " ORDER BY seq", tuple(args))]
+
+    def revisions(self) -> dict[str, int]:
+        """key -> rev for every job; the daemon reloads rows whose rev moved."""
+        return {k: r for k, r in self._query("SELECT key, rev FROM jobs")}
+
+    def set_status(
+        self,
+        key: str,
+        status: AdaptiveJobStatus,
+        *,
+        restart_after: float | None = None,
+        events: list[tuple[str, str, str]] | None = None,
+    ) -> None:
+        """The daemon's write: status (without hints, which the API owns) plus its events."""
+        body = status.model_copy()
+        body.hints = None
+        with self._tx() as db:
+            db.execute(
+                "UPDATE jobs SET status=?, restart_after=?, rev=rev+1 WHERE key=?",
+                (_dump(body), restart_after, key),
+            )
+            for type_, reason, message in events or []:
+                _event(db, key, type_, reason, message)
+
+    def set_desired(self, desired: dict[str, list[str]]) -> None:
+        """The scheduler's answer for several jobs at once (one transaction)."""
+        with self._tx() as db:
+            for key, alloc in desired.items():
+                db.execute(
+                    "UPDATE jobs SET desired=?, rev=rev+1 WHERE key=?", (json.dumps(alloc), key)
+                )
+
+    def set_hints(self, key: str, hints: Hints) -> None:
+        with self._tx() as db:
+            cur = db.execute("UPDATE jobs SET hints=?, rev=rev+1 WHERE key=?", (_dump(hints), key))
+            if cur.rowcount == 0:
+                raise JobNotFound(key)
+
+    def mark_deleted(self, key: str) -> None:
+        with self._tx() as db:
+            cur = db.execute("UPDATE jobs SET deleted=1, rev=rev+1 WHERE key=?", (key,))
+            if cur.rowcount == 0:
+                raise JobNotFound(key)
+            _event(db, key, "Normal", "Deleting", "deletion requested")
+
+    def purge(self, key: str) -> None:
+        """Forget a deleted job once its workers are gone."""
+        with self._tx() as db:
+            db.execute("DELETE FROM jobs WHERE key=?", (key,))
+            db.execute("DELETE FROM groups WHERE key=?", (key,))
+            db.execute("DELETE FROM events WHERE key=?", (key,))
+
+    def token_owner(self, token: str) -> str | None:
+        """The job a bearer token belongs to (constant-time comparison per candidate)."""
+        import hmac
+
+        owner = None
+        for key, tok in self._query("SELECT key, token FROM jobs"):
+            if hmac.compare_digest(str(tok), token):
+                owner = key
+        return owner
+
+    # ------------------------------------------------------------------ groups
+
+    def add_group(self, rec: GroupRecord) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO groups (key, grp, replicas, pid, start_ticks, port,"
+                " devices, started, ended, codes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    rec.key,
+                    rec.group,
+                    rec.replicas,
+                    rec.pid,
+                    rec.start_ticks,
+                    rec.port,
+                    json.dumps(rec.devices),
+                    rec.started,
+                    rec.ended,
+                    None if rec.codes is None else json.dumps(rec.codes),
+                ),
+            )
+
+    def end_group(self, key: str, group: int, codes: list[int], ended: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE groups SET ended=?, codes=? WHERE key=? AND grp=? AND ended IS NULL",
+                (ended, json.dumps(codes), key, group),
+            )
+
+    def groups(self, key: str | None = None, *, live_only: bool = False) -> list[GroupRecord]:
+        sql = f"SELECT {_GROUP_COLS} FROM groups"
+        where, args = [], []
+        if key is not None:
+            where.append("key=?")
+            args.append(key)
+        if live_only:
+            where.append("ended IS NULL")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [_group(r) for r in self._query(sql + " ORDER BY key, grp", tuple(args))]
+
+    # ------------------------------------------------------------------ events, meta
+
+    def events(self, key: str, limit: int = 50) -> list[Event]:
+        rows = self._query(
+            "SELECT key, ts, type, reason, message FROM events WHERE key=? ORDER BY id DESC"
+            " LIMIT ?",
+            (key, limit),
+        )
+        return [Event(*r) for r in reversed(rows)]
+
+    def add_event(self, key: str, type_: str, reason: str, message: str) -> None:
+        with self._tx() as db:
+            _event(db, key, type_, reason, message)
+
+    def get_meta(self, k: str) -> str | None:
+        rows = self._query("SELECT v FROM meta WHERE k=?", (k,))
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, k: str, v: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", (k, v))
+
+
+# ---------------------------------------------------------------------- row helpers
+
+_JOB_COLS = (
+    "key, namespace, name, seq, created, spec, status, token, desired, restart_after, deleted,"
+    " rev, hints"
+)
+_GROUP_COLS = "key, grp, replicas, pid, start_ticks, port, devices, started, ended, codes"
+
+
+def _dump(model: Any) -> str:
+    return json.dumps(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def _job(row: tuple[Any, ...]) -> JobRecord:
+    (key, ns, name, seq, created, spec, status, token, desired, ra, deleted, rev, hints) = row
+    return JobRecord(
+        key=key,
+        namespace=ns,
+        name=name,
+        seq=int(seq),
+        created=float(created),
+        spec=AdaptiveJobSpec.model_validate_json(spec),
+        status=AdaptiveJobStatus.model_validate_json(status),
+        token=token,
+        desired=None if desired is None else [str(n) for n in json.loads(desired)],
+        restart_after=ra,
+        deleted=bool(deleted),
+        rev=int(rev),
+        hints=None if hints is None else Hints.model_validate_json(hints),
+    )
+
+
+def _group(row: tuple[Any, ...]) -> GroupRecord:
+    key, grp, replicas, pid, ticks, port, devices, started, ended, codes = row
+    return GroupRecord(
+        key=key,
+        group=int(grp),
+        replicas=int(replicas),
+        pid=pid,
+        start_ticks=ticks,
+        port=port,
+        devices=json.loads(devices) if devices else [],
+        started=float(started),
+        ended=ended,
+        codes=None if codes is None else [int(c) for c in json.loads(codes)],
+    )
+
+
+def _event(db: sqlite3.Connection, key: str, type_: str, reason: str, message: str) -> None:
+    db.execute(
+        "INSERT INTO events (key, ts, type, reason, message) VALUES (?, ?, ?, ?, ?)",
+        (key, time.time(), type_, reason, message),
+    )
