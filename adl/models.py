@@ -195,3 +195,21 @@ class AdaptiveJobStatus(_Model):
         if cause is None:
             return sum(self.restarts.values())
         return self.restarts.get(cause, 0)
+
+
+# --------------------------------------------------------------------------- rendezvous
+
+
+class GroupInfo(_Model):
+    """Where the current worker group of a job meets (served at /v1/jobs/{ns}/{name}/group).
+
+    A worker whose ADL_GROUP is older than ``group`` belongs to a group being replaced."""
+
+    job: str = Field(description="namespace/name")
+    group: int = Field(ge=0)
+    phase: Phase
+    master_addr: str = ""
+    master_port: int = Field(default=0, ge=0, le=65535)
+    world_size: int = Field(default=0, ge=0)
+    num_nodes: int = Field(default=0, ge=0)
+    allocation: list[str] = Field(default_factory=list, description="node per replica")

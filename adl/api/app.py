@@ -1,0 +1,137 @@
+"""The FastAPI service workers talk to; both backends mount ``create_app(store)``.
+
+- ``PUT /v1/jobs/{ns}/{name}/hints``: a job's report (bearer token of that job)
+- ``GET /v1/jobs/{ns}/{name}/hints``: the last report (same token)
+- ``GET /v1/jobs/{ns}/{name}/group``: rendezvous/discovery of the current worker group
+- ``/healthz`` (process alive), ``/readyz`` (store answers), ``/metrics`` (Prometheus)
+- ``/openapi.json`` and ``/docs`` (FastAPI's own)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Path, Request, Response
+from fastapi.responses import JSONResponse
+
+from adl.api.auth import bearer_token, check
+from adl.api.metrics import CONTENT_TYPE, AdlMetrics
+from adl.api.store import ApiStore, UnknownJob, resolve
+from adl.models import GroupInfo, Hints
+
+#: Kubernetes names: lowercase alphanumerics and '-', at most 63 characters.
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+Namespace = Annotated[str, Path(pattern=NAME_PATTERN, description="job namespace")]
+Name = Annotated[str, Path(pattern=NAME_PATTERN, description="job name")]
+
+
+async def authorized_job(
+    request: Request,
+    namespace: Namespace,
+    name: Name,
+    authorization: Annotated[str | None, Header()] = None,
+) -> str:
+    """The job key, once the bearer token is known to belong to that job (401/403 if not)."""
+    store: ApiStore = request.app.state.store
+    job = f"{namespace}/{name}"
+    token = bearer_token(authorization)
+    owner = await resolve(store.token_owner(token)) if token is not None else None
+    error = check(job, token, owner)
+    if error is not None:
+        raise error.exception()
+    return job
+
+
+Job = Annotated[str, Depends(authorized_job)]
+
+
+def create_app(
+    store: ApiStore, *, metrics: AdlMetrics | None = None, title: str = "adl"
+) -> FastAPI:
+    """A service over ``store``. ``metrics`` (kept by the caller to record round latencies)
+    defaults to a fresh registry; it is also reachable as ``app.state.metrics``."""
+    app = FastAPI(
+        title=title,
+        summary="adl control-plane API: job hints, rendezvous, health and metrics",
+        version="1",
+    )
+    app.state.store = store
+    app.state.metrics = metrics if metrics is not None else AdlMetrics()
+    m: AdlMetrics = app.state.metrics
+
+    def _gone(job: str) -> HTTPException:
+        return HTTPException(status_code=404, detail=f"job {job} not found")
+
+    @app.put(
+        "/v1/jobs/{namespace}/{name}/hints",
+        status_code=204,
+        responses={401: {}, 403: {}, 404: {}, 422: {}},
+        tags=["jobs"],
+    )
+    async def put_hints(job: Job, hints: Hints) -> Response:
+        """Record the job's latest report for the scheduler."""
+        try:
+            await resolve(store.put_hints(job, hints))
+        except UnknownJob:
+            m.hints_reports.labels(code="404").inc()
+            raise _gone(job) from None
+        m.hints_reports.labels(code="204").inc()
+        return Response(status_code=204)
+
+    @app.get(
+        "/v1/jobs/{namespace}/{name}/hints",
+        response_model=Hints,
+        response_model_by_alias=True,
+        response_model_exclude_none=True,
+        responses={204: {}, 401: {}, 403: {}, 404: {}},
+        tags=["jobs"],
+    )
+    async def get_hints(job: Job) -> Hints | Response:
+        """The last report (204 before the first one)."""
+        try:
+            hints = await resolve(store.get_hints(job))
+        except UnknownJob:
+            raise _gone(job) from None
+        return Response(status_code=204) if hints is None else hints
+
+    @app.get(
+        "/v1/jobs/{namespace}/{name}/group",
+        response_model=GroupInfo,
+        response_model_by_alias=True,
+        responses={401: {}, 403: {}, 404: {}},
+        tags=["jobs"],
+    )
+    async def get_group(job: Job) -> GroupInfo:
+        """Where the job's current worker group meets; 404 before its first group."""
+        try:
+            info = await resolve(store.group_info(job))
+        except UnknownJob:
+            raise _gone(job) from None
+        if info is None:
+            raise HTTPException(status_code=404, detail=f"job {job} has no worker group yet")
+        return info
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process serves requests."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], responses={503: {}})
+    async def readyz() -> Response:
+        """Readiness: the backing store answers."""
+        try:
+            ok = bool(await resolve(store.ready()))
+        except Exception as exc:  # a broken store is "not ready", never a 500
+            return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+        if not ok:
+            return JSONResponse({"status": "unavailable"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    async def metrics_endpoint() -> Response:
+        """Prometheus text exposition (job gauges are read from the store at scrape time)."""
+        m.set_jobs(await resolve(store.list_jobs()))
+        return Response(content=m.render(), media_type=CONTENT_TYPE)
+
+    return app

@@ -1,0 +1,118 @@
+"""Prometheus metrics of the control plane, in a registry owned by one app (never the global
+one, so several apps and tests coexist in one process).
+
+Job metrics are computed at scrape time from the store's job list; the round-latency histogram
+and the hints counter are fed by the backend and the service as events happen."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from adl.api.store import JobSnapshot
+from adl.models import Phase, RestartCause
+
+#: Every family this module exports (name as exposed; counters get ``_total``). The Grafana
+#: dashboard may only query these.
+METRIC_NAMES = (
+    "adl_jobs",
+    "adl_job_replicas",
+    "adl_job_gpus",
+    "adl_job_restarts_total",
+    "adl_job_goodput",
+    "adl_job_batch_size",
+    "adl_job_attained_service_seconds",
+    "adl_round_latency_seconds",
+    "adl_rounds_total",
+    "adl_hints_reports_total",
+)
+
+#: Policy rounds take milliseconds to seconds.
+ROUND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _split(key: str) -> tuple[str, str]:
+    ns, sep, name = key.partition("/")
+    return (ns, name) if sep else ("", key)
+
+
+class _JobCollector(Collector):
+    """Job families built from the last snapshot handed to ``AdlMetrics.set_jobs``."""
+
+    def __init__(self) -> None:
+        self.jobs: Sequence[JobSnapshot] = ()
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["namespace", "name"]
+        by_phase = GaugeMetricFamily("adl_jobs", "Jobs by phase", labels=["phase"])
+        replicas = GaugeMetricFamily("adl_job_replicas", "Replicas allocated", labels=labels)
+        gpus = GaugeMetricFamily("adl_job_gpus", "GPUs (or CPU slots) allocated", labels=labels)
+        restarts = CounterMetricFamily(
+            "adl_job_restarts", "Restarts by cause", labels=[*labels, "cause"]
+        )
+        goodput = GaugeMetricFamily("adl_job_goodput", "Last reported goodput", labels=labels)
+        batch = GaugeMetricFamily("adl_job_batch_size", "Current global batch", labels=labels)
+        service = GaugeMetricFamily(
+            "adl_job_attained_service_seconds", "GPU-seconds received", labels=labels
+        )
+        counts = dict.fromkeys(Phase, 0)
+        for job in self.jobs:
+            st = job.status
+            counts[st.phase] += 1
+            ids = list(_split(job.key))
+            replicas.add_metric(ids, len(st.allocation))
+            gpus.add_metric(ids, len(st.allocation) * job.gpus_per_replica)
+            for cause in RestartCause:
+                restarts.add_metric([*ids, cause.value], st.restart_count(cause))
+            hints = st.hints
+            good = st.goodput if st.goodput is not None else (hints.goodput if hints else None)
+            bsz = (
+                st.batch_size
+                if st.batch_size is not None
+                else (hints.batch_size if hints else None)
+            )
+            if good is not None:
+                goodput.add_metric(ids, good)
+            if bsz is not None:
+                batch.add_metric(ids, bsz)
+            service.add_metric(ids, st.attained_service_s)
+        for phase, n in counts.items():
+            by_phase.add_metric([phase.value], n)
+        yield from (by_phase, replicas, gpus, restarts, goodput, batch, service)
+
+
+class AdlMetrics:
+    """One app's metrics. Backends call ``observe_round`` after each scheduling round."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._jobs = _JobCollector()
+        self.registry.register(self._jobs)
+        self.round_latency = Histogram(
+            "adl_round_latency_seconds",
+            "Time the policy took for one scheduling round",
+            buckets=ROUND_BUCKETS,
+            registry=self.registry,
+        )
+        self.rounds = Counter("adl_rounds", "Scheduling rounds run", registry=self.registry)
+        self.hints_reports = Counter(
+            "adl_hints_reports",
+            "Hints reports received, by HTTP status code",
+            labelnames=["code"],
+            registry=self.registry,
+        )
+
+    def observe_round(self, seconds: float) -> None:
+        self.rounds.inc()
+        self.round_latency.observe(max(seconds, 0.0))
+
+    def set_jobs(self, jobs: Iterable[JobSnapshot]) -> None:
+        self._jobs.jobs = tuple(jobs)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
