@@ -1,0 +1,351 @@
+"""Elastic data loading: exact mid-epoch resumption at any world size, adaptive batch size.
+
+Each epoch is one deterministic order of the dataset (a permutation seeded by ``seed + epoch``
+when shuffling). The only position kept is the *global* number of samples consumed in the epoch,
+so the remaining samples can be re-partitioned over any number of replicas after a restart and
+every sample is still seen exactly once per epoch. A global micro-batch takes the next
+``replicas * local_bsz`` samples of the order, replica ``r`` the ``r``-th contiguous slice; the
+tail of an epoch is split as evenly as possible (a tail smaller than the replica count is
+dropped, since every replica must take a step).
+
+The batch configuration (micro-batch per replica, accumulation steps) changes only when the
+loader starts an epoch or after a restart, and only if the job's goodput model predicts at least
+``min_improvement`` more goodput; rank 0 decides and broadcasts so replicas never disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+
+from adl.client_lib.context import JobContext
+from adl.client_lib.env import context
+from adl.client_lib.epoch import STATE_NAME as EPOCH_STATE
+from adl.client_lib.epoch import EpochState
+from adl.client_lib.preemption import stop_and_exit
+from adl.sched.goodput import BatchBounds
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- pure partitioning
+
+
+def epoch_order(size: int, epoch: int, shuffle: bool, seed: int) -> list[int]:
+    """The order in which an epoch visits the dataset; identical on every rank and restart."""
+    if not shuffle:
+        return list(range(size))
+    gen = torch.Generator()
+    gen.manual_seed(seed + epoch)
+    return torch.randperm(size, generator=gen).tolist()
+
+
+def split_evenly(count: int, parts: int) -> list[int]:
+    """``count`` items over ``parts`` shares differing by at most one (larger shares first)."""
+    base, extra = divmod(count, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One global micro-batch: where it starts in the epoch order and each replica's share."""
+
+    offset: int
+    shares: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(self.shares)
+
+    def span(self, rank: int) -> tuple[int, int]:
+        start = self.offset + sum(self.shares[:rank])
+        return start, start + self.shares[rank]
+
+
+def plan_micro_batches(
+    size: int, offset: int, replicas: int, local_bsz: int, drop_last: bool = False
+) -> list[MicroBatch]:
+    """Global micro-batches that cover positions ``[offset, size)`` of the epoch order."""
+    if replicas < 1 or local_bsz < 1:
+        raise ValueError("replicas and local_bsz must be >= 1")
+    plan: list[MicroBatch] = []
+    full = replicas * local_bsz
+    pos = offset
+    while pos < size:
+        count = min(full, size - pos)
+        if count < full and (drop_last or count < replicas):
+            break
+        plan.append(MicroBatch(pos, tuple(split_evenly(count, replicas))))
+        pos += count
+    return plan
+
+
+def default_config(bounds: BatchBounds, replicas: int) -> tuple[int, int]:
+    """(local_bsz, accum_steps) closest to B0 at this replica count, within the bounds."""
+    lo, hi = bounds.local_bsz_bounds
+    per_replica = math.ceil(bounds.init_batch_size / replicas)
+    accum = 0
+    if per_replica > hi and bounds.gradient_accumulation:
+        accum = min(math.ceil(per_replica / hi) - 1, bounds.max_accum_steps)
+    local = math.ceil(bounds.init_batch_size / (replicas * (accum + 1)))
+    return max(lo, min(hi, local)), accum
+
+
+def choose_config(
+    goodput_fn: Any | None,
+    bounds: BatchBounds,
+    num_nodes: int,
+    replicas: int,
+    current: tuple[int, int] | None,
+    min_improvement: float,
+) -> tuple[int, int]:
+    """The configuration to use for the next epoch (pure; see the module docstring)."""
+    fallback = default_config(bounds, replicas)
+    if current is not None:
+        local, accum = current
+        batch = replicas * local * (accum + 1)
+        lo, hi = bounds.local_bsz_bounds
+        feasible = lo <= local <= hi and batch <= max(bounds.max_batch_size, replicas * lo)
+        if not feasible or (accum > 0 and not bounds.gradient_accumulation):
+            current = None
+    base = current or fallback
+    if goodput_fn is None:
+        return base
+    best = goodput_fn.optimize(num_nodes, replicas)
+    best_good = float(best.goodput[0])
+    if best_good <= 0.0:
+        return base
+    now = float(goodput_fn.evaluate(num_nodes, replicas, base[0], base[1]))
+    if best_good > now * (1.0 + min_improvement):
+        return int(best.local_bsz[0]), int(best.accum_steps[0])
+    return base
+
+
+# ---------------------------------------------------------------------------- the loader
+
+
+class _LoaderState:
+    """What the checkpoint keeps of a loader: epoch, global offset, batch configuration."""
+
+    def __init__(self, loader: AdaptiveDataLoader, name: str) -> None:
+        self._loader = loader
+        self.name = name
+
+    def state_dict(self) -> dict[str, Any]:
+        lo = self._loader
+        return {
+            "epoch": lo._epoch,
+            "offset": lo._offset,
+            "size": len(lo.dataset),
+            "local_bsz": lo._config[0] if lo._config else None,
+            "accum_steps": lo._config[1] if lo._config else None,
+            "world_size": lo._ctx.world_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        lo = self._loader
+        if int(state["size"]) != len(lo.dataset):
+            log.warning("dataset size changed since the checkpoint; restarting the epoch")
+            lo._epoch, lo._offset = int(state["epoch"]), 0
+            return
+        lo._epoch, lo._offset = int(state["epoch"]), int(state["offset"])
+        if state.get("local_bsz") is not None:
+            lo._config = (int(state["local_bsz"]), int(state["accum_steps"] or 0))
+        lo._restored_world = int(state.get("world_size") or 0)
+
+
+class AdaptiveDataLoader:
+    """A DataLoader over an elastic sampler; ``batch_size`` is the job's global batch B0.
+
+    Without :meth:`autoscale_batch_size` each replica takes ``ceil(B0 / replicas)`` samples per
+    step. Iterate once per epoch; a SIGTERM or stop request makes every rank stop at the same step
+    boundary, checkpoint and exit 143 from inside the iteration.
+    """
+
+    _count = 0
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        seed: int = 0,
+        drop_last: bool = False,
+        name: str | None = None,
+        min_improvement: float = 0.05,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        **loader_kwargs: Any,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not hasattr(dataset, "__len__"):
+            raise TypeError("AdaptiveDataLoader needs a dataset with a length (map-style)")
+        self.dataset = dataset
+        self._size: int = len(dataset)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.min_improvement = min_improvement
+        self._loader_kwargs: dict[str, Any] = dict(
+            loader_kwargs, num_workers=num_workers, pin_memory=pin_memory
+        )
+        if collate_fn is not None:
+            self._loader_kwargs["collate_fn"] = collate_fn
+        self._bounds: BatchBounds | None = None
+        self._epoch = 0
+        self._offset = 0
+        self._config: tuple[int, int] | None = None
+        self._restored_world = 0
+        self._decided = False
+        self._ctx: JobContext = context()
+        if self._ctx.init_batch_size is None:
+            self._ctx.init_batch_size = batch_size
+        if self._ctx.dataset_size is None:
+            self._ctx.dataset_size = self._size
+        if name is None:
+            name = f"adl.loader.{AdaptiveDataLoader._count}"
+            AdaptiveDataLoader._count += 1
+        self._ctx.register(_LoaderState(self, name))
+
+    # ------------------------------------------------------------------ configuration
+
+    def autoscale_batch_size(
+        self,
+        max_batch_size: int,
+        local_bsz_bounds: tuple[int, int] | None = None,
+        gradient_accumulation: bool = True,
+    ) -> None:
+        """Let the library pick the batch size in [B0, max_batch_size] for the best goodput."""
+        lo, hi = local_bsz_bounds or (1, max_batch_size)
+        self._bounds = BatchBounds(
+            init_batch_size=self.batch_size,
+            max_batch_size=max_batch_size,
+            local_bsz_bounds=(lo, hi),
+            gradient_accumulation=gradient_accumulation,
+        )
+        self._ctx.batch_bounds = self._bounds
+
+    @property
+    def bounds(self) -> BatchBounds:
+        if self._bounds is not None:
+            return self._bounds
+        b0 = self.batch_size
+        return BatchBounds(b0, b0, (1, b0), gradient_accumulation=False)
+
+    @property
+    def current_local_bsz(self) -> int:
+        return self._current_config()[0]
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self._current_config()[1]
+
+    @property
+    def current_batch_size(self) -> int:
+        local, accum = self._current_config()
+        return self._ctx.world_size * local * (accum + 1)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def offset(self) -> int:
+        """Samples of the current epoch already consumed by the whole job."""
+        return self._offset
+
+    def _current_config(self) -> tuple[int, int]:
+        return self._config or default_config(self.bounds, self._ctx.world_size)
+
+    def _decide(self) -> None:
+        """Pick the configuration on rank 0 and share it (start of an epoch or a run)."""
+        ctx = self._ctx
+        if self._bounds is None:
+            # Fixed batch: B0 split over the replicas; a restored split from another world size
+            # does not apply.
+            keep = self._config is not None and self._restored_world == ctx.world_size
+            if not keep:
+                self._config = default_config(self.bounds, ctx.world_size)
+        else:
+            config = choose_config(
+                ctx.goodput_fn(self._bounds) if ctx.rank == 0 else None,
+                self._bounds,
+                ctx.num_nodes,
+                ctx.world_size,
+                self._config if self._restored_world == ctx.world_size else None,
+                self.min_improvement,
+            )
+            if ctx.world_size > 1 and dist.is_initialized():
+                buf = torch.tensor(config, dtype=torch.int64)
+                dist.broadcast(buf, src=0, group=ctx.cpu_group)
+                config = (int(buf[0]), int(buf[1]))
+            if config != self._config:
+                log.info("batch configuration: local_bsz=%d accum_steps=%d", *config)
+            self._config = config
+        self._restored_world = ctx.world_size
+        ctx.local_bsz, ctx.accum_steps = self._current_config()
+
+    # ------------------------------------------------------------------ iteration
+
+    def _sync_epoch(self) -> bool:
+        """Align with ``remaining_epochs_until``; True when a new epoch starts."""
+        state = self._ctx.states.get(EPOCH_STATE)
+        if isinstance(state, EpochState) and state.active:
+            if state.epoch != self._epoch:
+                self._epoch, self._offset = state.epoch, 0
+                return True
+            return self._offset == 0
+        if self._offset >= len(self.dataset):
+            self._epoch, self._offset = self._epoch + 1, 0
+            return True
+        return self._offset == 0
+
+    def _indices(self, plan: Sequence[MicroBatch], order: list[int]) -> list[list[int]]:
+        rank = self._ctx.rank
+        out = []
+        for mb in plan:
+            start, end = mb.span(rank)
+            out.append(order[start:end])
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        ctx = self._ctx
+        new_epoch = self._sync_epoch()
+        if new_epoch or not self._decided:
+            self._decide()
+            self._decided = True
+        local, accum = self._current_config()
+        size = self._size
+        plan = plan_micro_batches(size, self._offset, ctx.world_size, local, self.drop_last)
+        order = epoch_order(size, self._epoch, self.shuffle, self.seed)
+        batches = self._indices(plan, order)
+        loader = DataLoader(self.dataset, batch_sampler=batches, **self._loader_kwargs)
+        monitor = ctx.preemption
+        per_step = accum + 1
+        last = len(plan) - 1
+        for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
+            if i % per_step == 0 and monitor is not None and monitor.poll():
+                stop_and_exit(ctx)
+            ctx.is_sync_step = (i % per_step == per_step - 1) or i == last
+            yield batch
+            self._offset = mb.offset + mb.size
+        self._offset = size  # the epoch is done (a dropped tail counts as done)
+        ctx.is_sync_step = True
+
+    def __len__(self) -> int:
+        """Micro-batches this replica still takes in the current epoch."""
+        local, _ = self._current_config()
+        offset = 0 if self._offset >= len(self.dataset) else self._offset
+        size = self._size
+        return len(plan_micro_batches(size, offset, self._ctx.world_size, local, self.drop_last))

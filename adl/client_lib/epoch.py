@@ -1,0 +1,68 @@
+"""Epoch loop that survives restarts: ``for epoch in remaining_epochs_until(n)``.
+
+The current epoch is part of the checkpoint: a job stopped during epoch 3 resumes in epoch 3
+(the data loader then continues from the sample where it stopped), not at epoch 0. Declaring
+``n`` also tells the scheduler the length of the run (``total_progress`` in the hints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from adl.client_lib.context import JobContext
+from adl.client_lib.env import context
+
+STATE_NAME = "adl.epoch"
+
+
+class EpochState:
+    """The checkpointed epoch counter; ``active`` while inside ``remaining_epochs_until``."""
+
+    name = STATE_NAME
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.active = False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+
+
+def epoch_state(ctx: JobContext | None = None) -> EpochState:
+    """The job's epoch state, registered (and restored) on first use."""
+    ctx = ctx or context()
+    state = ctx.states.get(STATE_NAME)
+    if state is None:
+        state = EpochState()
+        ctx.register(state)
+    assert isinstance(state, EpochState)
+    return state
+
+
+def remaining_epochs_until(epochs: int) -> Iterator[int]:
+    """Yield the epochs still to run, starting from the one the last checkpoint was in."""
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    ctx = context()
+    ctx.total_epochs = epochs
+    state = epoch_state(ctx)
+    state.active = True
+    try:
+        while state.epoch < epochs:
+            yield state.epoch
+            state.epoch += 1
+    finally:
+        state.active = False
+
+
+def current_epoch() -> int | None:
+    """The epoch being run by ``remaining_epochs_until``, or None outside that loop."""
+    ctx = context()
+    state = ctx.states.get(STATE_NAME)
+    if isinstance(state, EpochState) and state.active:
+        return state.epoch
+    return None
