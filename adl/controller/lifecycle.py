@@ -276,9 +276,12 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
     if (stopped and not finished_rank) or (missing and st.phase == Phase.RUNNING):
         who = stopped[0].rank if stopped else missing[0]
         _restart(
-            s, current, RestartCause.PREEMPTION, "Preempted",
+            s,
+            current,
+            RestartCause.PREEMPTION,
+            "Preempted",
             f"rank {who} was stopped or removed outside adl's control",
-        )  # fmt: skip
+        )
         return
     if s.desired is not None and not same_placement(s.desired, st.allocation):
         enough = len(s.desired) >= max(spec.min_replicas, 1)
@@ -306,13 +309,14 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
     if missing:  # Starting, and the backend stopped half-way through the launch
         s.actions.append(CreateGroup(s.job, st.group, tuple(st.allocation), missing))
     st.ready_replicas = sum(1 for r in current if r.phase == ReplicaPhase.RUNNING and r.ready)
-    if st.phase == Phase.STARTING and not missing:
-        if all(r.phase == ReplicaPhase.RUNNING for r in current):
-            s.phase(Phase.RUNNING, "Running", f"group {st.group} running")
-        else:
-            waiting = next((r for r in current if r.alive and r.reason), None)
-            if waiting is not None:
-                s.phase(Phase.STARTING, waiting.reason, f"rank {waiting.rank}: {waiting.message}")
+    if st.phase != Phase.STARTING:
+        return
+    if not missing and all(r.phase == ReplicaPhase.RUNNING for r in current):
+        s.phase(Phase.RUNNING, "Running", f"group {st.group} running")
+        return
+    waiting = next((r for r in current if r.alive and r.reason), None)
+    if waiting is not None:  # e.g. ContainerCreating, Unschedulable: tell the user why
+        s.phase(Phase.STARTING, waiting.reason, f"rank {waiting.rank}: {waiting.message}")
 
 
 def step(
@@ -328,8 +332,15 @@ def step(
     scheduler want. ``desired`` is the scheduler's latest allocation (one node per replica),
     None before the first round. Calling it again with the same inputs after executing the
     actions yields no further actions (a fixed point)."""
-    s = _Step(job, spec, status, observed, list(desired) if desired is not None else None, now,
-              timing or Timing())  # fmt: skip
+    s = _Step(
+        job,
+        spec,
+        status,
+        observed,
+        list(desired) if desired is not None else None,
+        now,
+        timing or Timing(),
+    )
     st = s.status
     if st.hints is not None:  # surface the last report in status (printer columns, metrics)
         st.batch_size = st.hints.batch_size

@@ -1,0 +1,200 @@
+"""The scheduling round: JobInfos from job state, any Policy, changed allocations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from adl.controller.rounds import (
+    DEFAULT_RESTART_COST_S,
+    JobRecord,
+    RoundLog,
+    accrue_service,
+    job_info,
+    plan_round,
+    run_round,
+)
+from adl.models import (
+    AdaptiveJobSpec,
+    AdaptiveJobStatus,
+    GradParamsModel,
+    Hints,
+    PerfParamsModel,
+    Phase,
+    RestartCause,
+)
+from adl.sched.policy import AdlPolicy
+from adl.sched.types import Allocation, JobInfo, NodeInfo, linear_speedup
+
+NOW = datetime(2024, 5, 1, tzinfo=UTC)
+TEMPLATE = {"spec": {"containers": [{"name": "t", "command": ["python"]}]}}
+
+
+def record(
+    name: str,
+    age_s: float = 0,
+    phase: Phase = Phase.PENDING,
+    desired: list[str] | None = None,
+    spec: dict[str, Any] | None = None,
+    **status: Any,
+) -> JobRecord:
+    return JobRecord(
+        key=f"ns/{name}",
+        spec=AdaptiveJobSpec(template=TEMPLATE, **(spec or {})),
+        status=AdaptiveJobStatus(phase=phase, **status),
+        created=NOW - timedelta(seconds=age_s),
+        desired=desired,
+    )
+
+
+class FakePolicy:
+    """Gives each job, oldest first, up to its max replicas from a pool of slots."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[JobInfo], list[NodeInfo], dict[str, list[str]]]] = []
+
+    def optimize(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous: Mapping[str, list[str]],
+    ) -> Allocation:
+        self.calls.append((list(jobs), list(nodes), dict(previous)))
+        free = [n.name for n in nodes for _ in range(n.gpus)]
+        out: Allocation = {}
+        for job in sorted(jobs, key=lambda j: j.submit_order):
+            take = min(job.max_replicas, len(free))
+            out[job.name], free = free[:take], free[take:]
+        return out
+
+
+HINTS = Hints(
+    init_batch_size=32,
+    max_batch_size=512,
+    local_bsz_bounds=(16, 128),
+    perf_params=PerfParamsModel(
+        alpha_c=0.01,
+        beta_c=0.001,
+        alpha_n=0.05,
+        beta_n=0.01,
+        alpha_r=0.01,
+        beta_r=0.001,
+        gamma=1.5,
+    ),
+    grad_params=GradParamsModel(sqr=1.0, var=10.0),
+    max_profiled_replicas=2,
+    progress=100.0,
+    total_progress=1000.0,
+    restart_cost_s=12.0,
+)
+
+
+def test_job_info_from_spec_status_and_hints() -> None:
+    rec = record(
+        "a",
+        age_s=90,
+        phase=Phase.RUNNING,
+        spec={"min_replicas": 1, "max_replicas": 4, "weight": 2.0, "preemptible": False},
+        hints=HINTS,
+        attained_service_s=50.0,
+        restarts={RestartCause.RESIZE: 2, RestartCause.FAILURE: 1},
+    )
+    info = job_info(rec, NOW, order=3)
+    assert info.name == "ns/a" and info.submit_order == 3
+    assert (info.min_replicas, info.max_replicas, info.weight) == (1, 4, 2.0)
+    assert info.age_s == 90 and info.restarts == 3 and info.attained_service_s == 50.0
+    assert info.restart_cost_s == 12.0 and info.max_profiled_replicas == 2
+    assert info.preemptible is False
+    assert info.remaining_s is not None and info.remaining_s > 0
+    assert info.speedup is not linear_speedup
+    assert float(np.asarray(info.speedup(1, 1))) == pytest.approx(1.0)
+    assert float(np.asarray(info.speedup(1, 2))) > 1.0
+
+
+def test_job_info_before_any_report_is_optimistic() -> None:
+    info = job_info(record("b"), NOW)
+    assert info.speedup is linear_speedup
+    assert info.remaining_s is None
+    assert info.restart_cost_s == DEFAULT_RESTART_COST_S
+
+
+def test_round_skips_finished_and_suspended_and_orders_by_age() -> None:
+    policy = FakePolicy()
+    jobs = [
+        record("young", age_s=10, spec={"max_replicas": 3}),
+        record(
+            "old",
+            age_s=100,
+            spec={"max_replicas": 3},
+            phase=Phase.RUNNING,
+            allocation=["n0"],
+            desired=["n0"],
+        ),
+        record("done", age_s=200, phase=Phase.SUCCEEDED, desired=["n0"]),
+        record("paused", age_s=300, spec={"suspend": True}),
+    ]
+    result = plan_round(policy, jobs, [NodeInfo("n0", 4)], NOW)
+    ((infos, _nodes, previous),) = policy.calls
+    assert [i.name for i in infos] == ["ns/old", "ns/young"]
+    assert previous == {"ns/old": ["n0"], "ns/young": []}
+    assert result.allocation == {"ns/old": ["n0"] * 3, "ns/young": ["n0"]}
+    # the finished job still held a desired allocation: it is given back
+    assert result.changed == {"ns/old": ["n0"] * 3, "ns/young": ["n0"], "ns/done": []}
+    assert result.jobs == 2
+
+
+def test_unchanged_allocation_is_not_reported() -> None:
+    jobs = [record("a", spec={"max_replicas": 2}, desired=["n0", "n0"])]
+    result = plan_round(FakePolicy(), jobs, [NodeInfo("n0", 2)], NOW)
+    assert result.changed == {}
+
+
+def test_previous_falls_back_to_running_allocation() -> None:
+    policy = FakePolicy()
+    plan_round(policy, [record("a", phase=Phase.RUNNING, allocation=["n1"])], [], NOW)
+    assert policy.calls[0][2] == {"ns/a": ["n1"]}
+
+
+def test_no_jobs_no_policy_call() -> None:
+    policy = FakePolicy()
+    assert plan_round(policy, [], [NodeInfo("n0", 1)], NOW).allocation == {}
+    assert policy.calls == []
+
+
+def test_run_round_times_the_policy_and_log_summarizes() -> None:
+    log = RoundLog()
+    for _ in range(3):
+        result = run_round(FakePolicy(), [record("a")], [NodeInfo("n0", 1)], NOW)
+        assert result.duration_s > 0
+        log.add(result)
+    summary = log.summary()
+    assert summary["rounds"] == 3 and summary["max_s"] >= summary["median_s"] > 0
+
+
+def test_accrue_service_only_while_holding_replicas() -> None:
+    st = AdaptiveJobStatus(phase=Phase.RUNNING, replicas=3, allocation=["a"] * 3)
+    assert accrue_service(st, 2, 10.0).attained_service_s == 60.0
+    pending = st.model_copy(update={"phase": Phase.PENDING})
+    assert accrue_service(pending, 2, 10.0).attained_service_s == 0.0
+
+
+def test_with_the_real_policy() -> None:
+    policy = AdlPolicy(seed=0)
+    jobs = [
+        record("a", age_s=60, spec={"min_replicas": 1, "max_replicas": 4}, hints=HINTS),
+        record("b", age_s=30, spec={"min_replicas": 1, "max_replicas": 4}),
+    ]
+    nodes = [NodeInfo("n0", 2), NodeInfo("n1", 2)]
+    result = plan_round(policy, jobs, nodes, NOW)
+    assert set(result.allocation) == {"ns/a", "ns/b"}
+    used = [n for alloc in result.allocation.values() for n in alloc]
+    assert used and all(n in {"n0", "n1"} for n in used)
+    assert used.count("n0") <= 2 and used.count("n1") <= 2
+    for key, alloc in result.allocation.items():
+        assert alloc == [] or 1 <= len(alloc) <= 4, key
+    # deterministic: the same inputs give the same answer
+    assert plan_round(AdlPolicy(seed=0), jobs, nodes, NOW).allocation == (result.allocation)
