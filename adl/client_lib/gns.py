@@ -137,8 +137,9 @@ class GradientNoiseEstimator:
             and self._prev_bsz == batch_size
             and len(prev) == len(grads)
         ):
-            summed = torch._foreach_add(list(grads), prev)
-            mean_sq = grouped_sq_norms(summed, group_index, self.groups) / 4.0
+            # In place: fresh gradient-sized buffers every step cost more than the arithmetic.
+            torch._foreach_add_(prev, list(grads))
+            mean_sq = grouped_sq_norms(prev, group_index, self.groups) / 4.0
             local_sq = (cur_sq + self._prev_sq) / 2.0
             self.update(local_sq, batch_size, mean_sq, 2.0 * batch_size)
             torch._foreach_copy_(prev, list(grads))

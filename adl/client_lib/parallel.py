@@ -370,13 +370,16 @@ class AdaptiveDataParallel(nn.Module):
 
     def hints(self) -> Hints | None:
         """The scheduler hints for the current state of this job (rank 0 reports them)."""
-        bounds = _ctx_attr(_context() or self._ctx, "batch_bounds", None)
+        ctx = _context() or self._ctx
+        bounds = _ctx_attr(ctx, "batch_bounds", None)
+        total = _ctx_attr(ctx, "total_progress", None)
         return build_hints(
             init_batch_size=self.init_batch_size,
             bounds=bounds if isinstance(bounds, BatchBounds) else None,
             perf=self.profile.perf_params(),
             grad=self.grad_params(),
             progress=self.progress.progress,
+            total_progress=float(total) if isinstance(total, (int, float)) else None,
             max_profiled_replicas=self.profile.max_profiled_replicas(),
             batch_size=self.world_size * (self._cycle_bsz or 0) * max(self._micro, 1) or None,
             local_bsz=self._cycle_bsz,
