@@ -1,0 +1,261 @@
+"""The HTTP service over a fake store: every status code, rendezvous, health, metrics."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from adl.api import METRIC_NAMES, AdlMetrics, JobSnapshot, UnknownJob, create_app
+from adl.api.auth import find_owner, generate_token
+from adl.models import AdaptiveJobStatus, GroupInfo, Hints, Phase, RestartCause
+
+TOKENS = {"ns/a": generate_token(), "ns/b": generate_token()}
+HINTS = {"initBatchSize": 32, "maxBatchSize": 256, "batchSize": 64, "goodput": 1.5}
+
+
+class MemoryStore:
+    """Synchronous store, like the local backend's SQLite one."""
+
+    def __init__(self) -> None:
+        self.hints: dict[str, Hints] = {}
+        self.status = {
+            "ns/a": AdaptiveJobStatus(
+                phase=Phase.RUNNING,
+                group=2,
+                allocation=["n0", "n0", "n1"],
+                replicas=3,
+                restarts={RestartCause.RESIZE: 2, RestartCause.FAILURE: 1},
+                batch_size=96,
+                goodput=4.25,
+                attained_service_s=30.0,
+            ),
+            "ns/b": AdaptiveJobStatus(phase=Phase.PENDING),
+        }
+        self.healthy = True
+        self.deleted: set[str] = set()
+
+    def token_owner(self, token: str) -> str | None:
+        return find_owner(TOKENS.items(), token)
+
+    def put_hints(self, job: str, hints: Hints) -> None:
+        if job in self.deleted:
+            raise UnknownJob(job)
+        self.hints[job] = hints
+
+    def get_hints(self, job: str) -> Hints | None:
+        if job in self.deleted:
+            raise UnknownJob(job)
+        return self.hints.get(job)
+
+    def group_info(self, job: str) -> GroupInfo | None:
+        st = self.status[job]
+        if st.group == 0:
+            return None
+        return GroupInfo(
+            job=job, group=st.group, phase=st.phase, master_addr="127.0.0.1",
+            master_port=29500, world_size=len(st.allocation), num_nodes=2,
+            allocation=st.allocation,
+        )  # fmt: skip
+
+    def list_jobs(self) -> Iterable[JobSnapshot]:
+        return [JobSnapshot(k, s, gpus_per_replica=2) for k, s in self.status.items()]
+
+    def ready(self) -> bool:
+        if self.healthy is None:
+            raise RuntimeError("database is locked")
+        return self.healthy
+
+
+class AsyncStore(MemoryStore):
+    """Coroutine methods, like the operator's Kubernetes-backed store."""
+
+    async def token_owner(self, token: str) -> str | None:  # type: ignore[override]
+        return MemoryStore.token_owner(self, token)
+
+    async def put_hints(self, job: str, hints: Hints) -> None:  # type: ignore[override]
+        MemoryStore.put_hints(self, job, hints)
+
+    async def group_info(self, job: str) -> GroupInfo | None:  # type: ignore[override]
+        return MemoryStore.group_info(self, job)
+
+    async def list_jobs(self) -> Iterable[JobSnapshot]:  # type: ignore[override]
+        return MemoryStore.list_jobs(self)
+
+
+def auth(job: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[job]}"}
+
+
+@pytest.fixture(params=[MemoryStore, AsyncStore], ids=["sync-store", "async-store"])
+def store(request: pytest.FixtureRequest) -> MemoryStore:
+    return request.param()
+
+
+@pytest.fixture
+def client(store: MemoryStore) -> TestClient:
+    return TestClient(create_app(store))
+
+
+URL = "/v1/jobs/ns/a/hints"
+
+
+def test_put_hints_with_own_token(client: TestClient, store: MemoryStore) -> None:
+    r = client.put(URL, json=HINTS, headers=auth("ns/a"))
+    assert r.status_code == 204, r.text
+    assert store.hints["ns/a"] == Hints.model_validate(HINTS)
+    got = client.get(URL, headers=auth("ns/a"))
+    assert got.status_code == 200 and got.json()["maxBatchSize"] == 256
+
+
+@pytest.mark.parametrize(
+    ("headers", "detail"),
+    [
+        ({}, "missing bearer token"),
+        ({"Authorization": "Bearer not-a-token"}, "invalid bearer token"),
+        ({"Authorization": f"Basic {TOKENS['ns/a']}"}, "missing bearer token"),
+        ({"Authorization": "Bearer "}, "missing bearer token"),
+    ],
+)
+def test_401_without_a_valid_token(client: TestClient, headers: dict[str, str], detail: str):
+    r = client.put(URL, json=HINTS, headers=headers)
+    assert r.status_code == 401
+    assert r.json()["detail"] == detail
+    assert r.headers["www-authenticate"] == "Bearer"
+
+
+def test_403_with_another_jobs_token(client: TestClient, store: MemoryStore) -> None:
+    r = client.put(URL, json=HINTS, headers=auth("ns/b"))
+    assert r.status_code == 403
+    assert "ns/a" in r.json()["detail"]
+    assert "ns/a" not in store.hints
+    assert client.get("/v1/jobs/ns/a/group", headers=auth("ns/b")).status_code == 403
+
+
+def test_auth_checked_before_the_body(client: TestClient) -> None:
+    """An unauthenticated caller learns nothing about the schema."""
+    assert client.put(URL, json={"bogus": 1}).status_code == 401
+
+
+def test_422_lists_field_errors(client: TestClient) -> None:
+    bad = {"initBatchSize": 0, "maxBatchSize": 8, "localBszBounds": [4, 2], "bogus": True}
+    r = client.put(URL, json=bad, headers=auth("ns/a"))
+    assert r.status_code == 422
+    errors = {tuple(e["loc"]): e["msg"] for e in r.json()["detail"]}
+    assert "greater than or equal to 1" in errors[("body", "initBatchSize")]
+    assert ("body", "bogus") in errors and "Extra inputs" in errors[("body", "bogus")]
+    assert any("localBszBounds" in msg for msg in errors.values())
+
+
+def test_422_cross_field_rule(client: TestClient) -> None:
+    r = client.put(URL, json={"initBatchSize": 64, "maxBatchSize": 32}, headers=auth("ns/a"))
+    assert r.status_code == 422
+    assert "maxBatchSize (32) must be >= initBatchSize (64)" in r.text
+
+
+def test_422_bad_path(client: TestClient) -> None:
+    r = client.put("/v1/jobs/NS_bad/a/hints", json=HINTS, headers=auth("ns/a"))
+    assert r.status_code == 422
+
+
+def test_404_when_the_job_is_gone(client: TestClient, store: MemoryStore) -> None:
+    store.deleted.add("ns/a")
+    assert client.put(URL, json=HINTS, headers=auth("ns/a")).status_code == 404
+    assert client.get(URL, headers=auth("ns/a")).status_code == 404
+
+
+def test_get_hints_before_any_report(client: TestClient) -> None:
+    assert client.get(URL, headers=auth("ns/a")).status_code == 204
+
+
+def test_group_discovery(client: TestClient) -> None:
+    r = client.get("/v1/jobs/ns/a/group", headers=auth("ns/a"))
+    assert r.status_code == 200
+    assert r.json() == {
+        "job": "ns/a", "group": 2, "phase": "Running", "masterAddr": "127.0.0.1",
+        "masterPort": 29500, "worldSize": 3, "numNodes": 2, "allocation": ["n0", "n0", "n1"],
+    }  # fmt: skip
+    none = client.get("/v1/jobs/ns/b/group", headers=auth("ns/b"))
+    assert none.status_code == 404 and "no worker group" in none.json()["detail"]
+    assert client.get("/v1/jobs/ns/a/group").status_code == 401
+
+
+def test_health_and_readiness(client: TestClient, store: MemoryStore) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").status_code == 200
+    store.healthy = False
+    assert client.get("/readyz").status_code == 503
+    store.healthy = None  # type: ignore[assignment]
+    r = client.get("/readyz")
+    assert r.status_code == 503 and "database is locked" in r.json()["detail"]
+    assert client.get("/healthz").status_code == 200
+
+
+def test_openapi_served(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+    assert {"/v1/jobs/{namespace}/{name}/hints", "/v1/jobs/{namespace}/{name}/group"} <= set(paths)
+    assert {"/healthz", "/readyz", "/metrics"} <= set(paths)
+    assert "Hints" in spec["components"]["schemas"]
+    assert "initBatchSize" in spec["components"]["schemas"]["Hints"]["properties"]
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics(store: MemoryStore) -> None:
+    metrics = AdlMetrics()
+    client = TestClient(create_app(store, metrics=metrics))
+    client.put(URL, json=HINTS, headers=auth("ns/a"))
+    for seconds in (0.002, 0.03, 0.4):
+        metrics.observe_round(seconds)
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    s = _samples(r.text)
+    a = (("name", "a"), ("namespace", "ns"))
+    assert s[("adl_jobs", (("phase", "Running"),))] == 1
+    assert s[("adl_jobs", (("phase", "Pending"),))] == 1
+    assert s[("adl_jobs", (("phase", "Failed"),))] == 0
+    assert s[("adl_job_replicas", a)] == 3
+    assert s[("adl_job_gpus", a)] == 6
+    assert s[("adl_job_restarts_total", (("cause", "resize"), *a))] == 2
+    assert s[("adl_job_restarts_total", (("cause", "failure"), *a))] == 1
+    assert s[("adl_job_goodput", a)] == 4.25
+    assert s[("adl_job_batch_size", a)] == 96
+    assert s[("adl_job_attained_service_seconds", a)] == 30
+    assert s[("adl_round_latency_seconds_count", ())] == 3
+    assert s[("adl_round_latency_seconds_bucket", (("le", "0.05"),))] == 2
+    assert s[("adl_rounds_total", ())] == 3
+    assert s[("adl_hints_reports_total", (("code", "204"),))] == 1
+    names = {name for name, _ in s}
+    for family in METRIC_NAMES:
+        assert any(n == family or n.startswith(family + "_") for n in names), family
+
+
+def test_each_app_has_its_own_registry() -> None:
+    one, two = AdlMetrics(), AdlMetrics()
+    one.observe_round(1.0)
+    c1 = TestClient(create_app(MemoryStore(), metrics=one))
+    c2 = TestClient(create_app(MemoryStore(), metrics=two))
+    assert _samples(c1.get("/metrics").text)[("adl_rounds_total", ())] == 1
+    assert _samples(c2.get("/metrics").text)[("adl_rounds_total", ())] == 0
+
+
+def test_tokens_are_unique_and_owner_lookup_is_exact() -> None:
+    tokens = {generate_token() for _ in range(100)}
+    assert len(tokens) == 100 and all(len(t) >= 40 for t in tokens)
+    table = [("ns/a", "abc"), ("ns/b", "abd")]
+    assert find_owner(table, "abd") == "ns/b"
+    assert find_owner(table, "ab") is None
+    assert find_owner(table, "") is None
