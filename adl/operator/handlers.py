@@ -21,27 +21,23 @@ from typing import Any, cast
 import kopf
 from pydantic import ValidationError
 
+from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
+from adl.controller.lifecycle import Timing, step, teardown
+from adl.controller.rounds import run_round as plan_round
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import pods as P
 from adl.operator.crd import GROUP, PLURAL, VERSION
-from adl.operator.observe import classify_all
-from adl.operator.reconcile import (
-    Action,
-    CreatePods,
-    DeletePods,
-    EmitEvent,
-    EnsureResources,
-    Observed,
-    SetStatus,
-    Timing,
-    reconcile,
-    status_patch,
+from adl.operator.observe import (
+    PodState,
+    classify_all,
+    finished_leftovers,
+    observed_workers,
+    pod_indices,
 )
-from adl.operator.scheduling import desired_allocation, nodes_from_objects, plan
+from adl.operator.scheduling import desired_allocation, job_records, nodes_from_objects
 from adl.operator.store import Conflict, KubeStore
 from adl.sched.types import Policy
 
-ANNOTATION_RESTART_AFTER = "adl.dev/restart-after"
 ANNOTATION_TOKEN_HASH = "adl.dev/token-sha256"
 log = logging.getLogger("adl.operator")
 
@@ -109,9 +105,11 @@ def _status_of(body: dict[str, Any]) -> AdaptiveJobStatus:
     return AdaptiveJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
 
 
-def _restart_after(body: dict[str, Any]) -> datetime | None:
-    raw = ((body.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESTART_AFTER)
-    return datetime.fromisoformat(raw) if raw else None
+def status_patch(status: AdaptiveJobStatus) -> dict[str, Any]:
+    """The merge patch that sets ``status``. Explicit nulls clear fields that became unset;
+    ``hints`` is left out because the API service owns it."""
+    body: dict[str, Any] = status.model_dump(mode="json", by_alias=True, exclude={"hints"})
+    return body
 
 
 def _event(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -144,10 +142,14 @@ async def _ensure_resources(rt: Runtime, job: P.JobRef, spec: AdaptiveJobSpec, b
 
 
 async def _execute(
-    rt: Runtime, body: dict[str, Any], spec: AdaptiveJobSpec, actions: list[Action]
+    rt: Runtime,
+    body: dict[str, Any],
+    spec: AdaptiveJobSpec,
+    pods: list[PodState],
+    actions: list[Action],
 ) -> None:
+    """Carry out the controller's actions with Kubernetes objects, in order."""
     job = P.JobRef.from_body(body)
-    meta = body["metadata"]
     for action in actions:
         if isinstance(action, SetStatus):
             await asyncio.to_thread(
@@ -155,31 +157,25 @@ async def _execute(
                 job.namespace,
                 job.name,
                 status_patch(action.status),
-                meta.get("resourceVersion"),
+                body["metadata"].get("resourceVersion"),
             )
-            after = action.restart_after.isoformat() if action.restart_after else None
-            if after != (meta.get("annotations") or {}).get(ANNOTATION_RESTART_AFTER):
-                await asyncio.to_thread(
-                    rt.store.patch_job_annotations,
-                    job.namespace,
-                    job.name,
-                    {ANNOTATION_RESTART_AFTER: after},
-                )
-        elif isinstance(action, EnsureResources):
+        elif isinstance(action, CreateGroup):
             await _ensure_resources(rt, job, spec, body)
-        elif isinstance(action, CreatePods):
             alloc = list(action.allocation)
             slots = P.node_slots(alloc)
-            for index in action.indices:
+            for index in pod_indices(alloc, action.ranks):
                 node, count = slots[index]
                 env = P.worker_env(job, action.group, alloc, index, CONFIG.api_url)
-                pod = P.build_pod(
+                manifest = P.build_pod(
                     job, spec, group=action.group, index=index, node=node, replicas=count, env=env
                 )
-                await asyncio.to_thread(rt.store.create, pod)
-        elif isinstance(action, DeletePods):
-            for name in action.names:
-                await asyncio.to_thread(rt.store.delete_pod, job.namespace, name, action.grace_s)
+                await asyncio.to_thread(rt.store.create, manifest)
+        elif isinstance(action, DeleteGroup):
+            for pod in pods:
+                if pod.group == action.group and not pod.deleting:
+                    await asyncio.to_thread(
+                        rt.store.delete_pod, job.namespace, pod.name, action.grace_s
+                    )
         elif isinstance(action, EmitEvent):
             _event(body, action.type, action.reason, action.message)
 
@@ -223,16 +219,18 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
                 await _fail_invalid(rt, body, exc)
                 return
             raw_pods = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
-            observed = Observed(
-                pods=classify_all(raw_pods),
-                desired=desired_allocation(body),
-                restart_after=_restart_after(body),
-            )
-            actions = reconcile(spec, _status_of(body), observed, _now(), CONFIG.timing)
+            pods = classify_all(raw_pods)
+            status = _status_of(body)
+            observed = observed_workers(pods, status.group, status.allocation)
+            key = f"{namespace}/{name}"
+            desired = desired_allocation(body)
+            actions = step(key, spec, status, observed, desired, _now(), CONFIG.timing)
             try:
-                await _execute(rt, body, spec, actions)
+                await _execute(rt, body, spec, pods, actions)
             except Conflict:
                 continue
+            for pod in finished_leftovers(pods, status.group):
+                await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
             return
         log.warning("gave up reconciling %s/%s after repeated conflicts", namespace, name)
 
@@ -260,9 +258,9 @@ async def run_round(rt: Runtime, *, force: bool = False) -> bool:
         nodes = nodes_from_objects(
             node_objs, all_pods, resource=CONFIG.gpu_resource, selector=CONFIG.node_selector
         )
-        started = time.perf_counter()
-        result = await asyncio.to_thread(plan, rt.policy, jobs, nodes, _now())
-        rt.rounds.durations_s.append(time.perf_counter() - started)
+        records = job_records(jobs)
+        result = await asyncio.to_thread(plan_round, rt.policy, records, nodes, _now())
+        rt.rounds.durations_s.append(result.duration_s)
         for key, alloc in result.changed.items():
             ns, name = key.split("/", 1)
             await asyncio.to_thread(
@@ -334,8 +332,8 @@ async def tick(
     if rt.exiting:
         raise asyncio.CancelledError  # end the timer task now (kopf leaves it running ~5 s)
     await run_round(rt)
-    after = _restart_after(dict(body))
-    if after is not None and _now() >= after:
+    after = (body.get("status") or {}).get("restartAfter")
+    if after and _now() >= datetime.fromisoformat(str(after).replace("Z", "+00:00")):
         await reconcile_job(rt, namespace, name)
 
 
@@ -346,12 +344,19 @@ async def on_delete(
     """Stop the workers gracefully; Service, Secret and claim go with the owner references."""
     rt: Runtime = memo.runtime
     assert namespace is not None
-    grace = int((body.get("spec") or {}).get("terminationGracePeriodSeconds", 60))
     async with rt.lock(f"{namespace}/{name}"):
-        pods = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
-        for pod in pods:
-            if not pod["metadata"].get("deletionTimestamp"):
-                await asyncio.to_thread(
-                    rt.store.delete_pod, namespace, pod["metadata"]["name"], grace
-                )
+        raw = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
+        pods = classify_all(raw)
+        status = _status_of(dict(body))
+        try:
+            spec = AdaptiveJobSpec.model_validate(dict(body.get("spec") or {}))
+        except ValidationError:
+            spec = None
+        if spec is not None:
+            observed = observed_workers(pods, status.group, status.allocation)
+            actions = teardown(f"{namespace}/{name}", spec, observed)
+            await _execute(rt, dict(body), spec, pods, list(actions))
+        else:  # an invalid job never ran workers, but clean up whatever is there
+            for pod in pods:
+                await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
     rt.locks.pop(f"{namespace}/{name}", None)

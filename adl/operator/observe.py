@@ -4,13 +4,14 @@ unit-tested from sample pod statuses."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from adl.operator.pods import LABEL_GROUP, LABEL_INDEX
+from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
+from adl.operator.pods import LABEL_GROUP, LABEL_INDEX, node_slots, rank_offsets
 
 #: Exit code of a worker that checkpointed and stopped on SIGTERM (128 + 15).
 EXIT_STOPPED = 143
@@ -124,8 +125,73 @@ def classify(pod: Mapping[str, Any]) -> PodState:
             message=scheduled.get("message", ""),
             since=_parse_time(scheduled.get("lastTransitionTime")),
         )
-    return PodState(**base, phase=PodPhase.PENDING, reason=waiting.get("reason", ""))
+    created = _parse_time(meta.get("creationTimestamp"))
+    return PodState(**base, phase=PodPhase.PENDING, reason=waiting.get("reason", ""), since=created)
 
 
 def classify_all(pods: Iterable[Mapping[str, Any]]) -> list[PodState]:
     return sorted((classify(p) for p in pods), key=lambda s: (s.group, s.index))
+
+
+_REPLICA_PHASE = {
+    PodPhase.PENDING: ReplicaPhase.PENDING,
+    PodPhase.RUNNING: ReplicaPhase.RUNNING,
+    PodPhase.SUCCEEDED: ReplicaPhase.SUCCEEDED,
+    PodPhase.STOPPED: ReplicaPhase.STOPPED,
+    PodPhase.FAILED: ReplicaPhase.FAILED,
+}
+
+
+def observed_workers(
+    pods: Iterable[PodState], group: int, allocation: Sequence[str]
+) -> ObservedWorkers:
+    """The controller's view of the workers: one ReplicaState per replica a pod holds.
+
+    Pod ``i`` of the current group holds ranks ``[offset_i, offset_i + n_i)`` of its
+    allocation; a pod of an older group stands for one replica (only whether it is alive
+    matters for those)."""
+    slots = node_slots(list(allocation))
+    offsets = rank_offsets(list(allocation))
+    out: list[ReplicaState] = []
+    for pod in pods:
+        if pod.group == group and 0 <= pod.index < len(slots):
+            first, count = offsets[pod.index], slots[pod.index][1]
+            ranks = range(first, first + count)
+        else:
+            ranks = range(pod.index, pod.index + 1)
+        out += [
+            ReplicaState(
+                group=pod.group,
+                rank=r,
+                phase=_REPLICA_PHASE[pod.phase],
+                ready=pod.ready,
+                exit_code=pod.exit_code,
+                reason=pod.reason,
+                message=pod.message,
+                terminating=pod.deleting,
+                since=pod.since,
+            )
+            for r in ranks
+        ]
+    return ObservedWorkers(tuple(out))
+
+
+def pod_indices(allocation: Sequence[str], ranks: Iterable[int]) -> list[int]:
+    """The pods (node indices) that hold any of ``ranks``."""
+    offsets = rank_offsets(list(allocation))
+    slots = node_slots(list(allocation))
+    wanted = set(ranks)
+    return [
+        i
+        for i, (first, (_, n)) in enumerate(zip(offsets, slots, strict=True))
+        if wanted & set(range(first, first + n))
+    ]
+
+
+def finished_leftovers(pods: Iterable[PodState], group: int, keep: int = 1) -> list[PodState]:
+    """Exited pods of groups older than the last ``keep`` before ``group``: nothing runs in
+    them any more, and the previous group's are kept for post-mortem logs."""
+    return [p for p in pods if p.group < group - keep and not p.deleting and p.phase not in _ALIVE]
+
+
+_ALIVE = (PodPhase.PENDING, PodPhase.RUNNING)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adl.controller.env import WorkerSite
+from adl.controller.env import worker_env as env_of_replica
 from adl.models import AdaptiveJobSpec
 from adl.operator.crd import API_VERSION, KIND
 
@@ -297,25 +299,21 @@ def build_pvc(job: JobRef, spec: AdaptiveJobSpec) -> dict[str, Any] | None:
     }
 
 
+def worker_site(job: JobRef, group: int, api_url: str) -> WorkerSite:
+    """Where a group runs on Kubernetes: the first pod's DNS name, a fixed port, the mounts."""
+    return WorkerSite(
+        master_addr=master_addr(job, group),
+        master_port=MASTER_PORT,
+        checkpoint_dir=f"{CHECKPOINT_MOUNT}/{job.namespace}/{job.name}",
+        api_url=api_url,
+        token_file=TOKEN_FILE,
+    )
+
+
 def worker_env(
     job: JobRef, group: int, allocation: list[str], index: int, api_url: str
 ) -> dict[str, str]:
-    """Environment of pod ``index`` of a group: the contract of DESIGN.md for its first replica.
-    The launcher derives each process's rank as ADL_RANK + local rank."""
-    slots = node_slots(allocation)
-    offsets = rank_offsets(allocation)
-    return {
-        "ADL_JOB": job.key,
-        "ADL_GROUP": str(group),
-        "ADL_RANK": str(offsets[index]),
-        "ADL_WORLD_SIZE": str(len(allocation)),
-        "ADL_LOCAL_RANK": "0",
-        "ADL_LOCAL_WORLD_SIZE": str(slots[index][1]),
-        "ADL_NUM_NODES": str(len(slots)),
-        "ADL_NODE_RANK": str(index),
-        "ADL_MASTER_ADDR": master_addr(job, group),
-        "ADL_MASTER_PORT": str(MASTER_PORT),
-        "ADL_CHECKPOINT_DIR": f"{CHECKPOINT_MOUNT}/{job.namespace}/{job.name}",
-        "ADL_API_URL": api_url,
-        "ADL_TOKEN_FILE": TOKEN_FILE,
-    }
+    """Environment of pod ``index``: the controller's env of the pod's first replica (the same
+    builder the local backend uses); the launcher derives each process's rank from it."""
+    first_rank = rank_offsets(allocation)[index]
+    return env_of_replica(job.key, group, allocation, first_rank, worker_site(job, group, api_url))

@@ -1,20 +1,19 @@
-"""The scheduling round on Kubernetes: the GPU pool from Node objects, the jobs from their CRD
-status, and the policy's answer turned into per-job desired allocations. Pure functions; the
-handlers fetch the objects and run ``plan`` in a worker thread (the optimization can take a
+"""The scheduling round on Kubernetes: the GPU pool from Node objects and the jobs from their CRD
+objects, for the controller's round (``adl.controller.rounds``). Pure functions; the handlers
+fetch the objects and run the round in a worker thread (the optimization can take a
 while and must not block kopf's event loop)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
-from adl.sched.hints import remaining_seconds, speedup_from_hints
-from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
+from adl.sched.types import NodeInfo
 
 _SCHEDULE_EFFECTS = {"NoSchedule", "NoExecute"}
 
@@ -106,61 +105,18 @@ def _created(body: Mapping[str, Any]) -> datetime | None:
     return datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
 
 
-def job_info(body: Mapping[str, Any], now: datetime, order: int) -> JobInfo | None:
-    """The policy's view of one job, or None when the job takes no part (finished, suspended,
-    invalid)."""
-    try:
-        spec = AdaptiveJobSpec.model_validate(body.get("spec") or {})
-        status = AdaptiveJobStatus.model_validate(body.get("status") or {})
-    except ValueError:
-        return None
-    if spec.suspend or status.phase.finished:
-        return None
-    created = _created(body)
-    speedup = speedup_from_hints(status.hints)
-    hints = status.hints
-    return JobInfo(
-        name=job_key(body),
-        speedup=speedup,
-        min_replicas=spec.min_replicas,
-        max_replicas=spec.max_replicas,
-        weight=spec.weight,
-        age_s=max((now - created).total_seconds(), 0.0) if created else 0.0,
-        restarts=status.restart_count(),
-        restart_cost_s=(hints.restart_cost_s if hints and hints.restart_cost_s else 30.0),
-        attained_service_s=status.attained_service_s,
-        remaining_s=remaining_seconds(hints, speedup),
-        max_profiled_replicas=hints.max_profiled_replicas if hints else 0,
-        preemptible=spec.preemptible,
-        gpus_per_replica=spec.gpus_per_replica,
-        submit_order=order,
-    )
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    allocation: Allocation
-    changed: dict[str, list[str]]  # job key -> new desired allocation (only the changed ones)
-
-
-def plan(
-    policy: Policy, jobs: Sequence[Mapping[str, Any]], nodes: Sequence[NodeInfo], now: datetime
-) -> RoundResult:
-    """Run the policy over all jobs; report which jobs' desired allocations changed."""
-    ordered = sorted(jobs, key=lambda b: (_created(b) or now, job_key(b)))
-    infos, previous, current = [], {}, {}
-    for order, body in enumerate(ordered):
-        info = job_info(body, now, order)
-        key = job_key(body)
-        current[key] = desired_allocation(body)
-        if info is None:
+def job_records(bodies: Sequence[Mapping[str, Any]]) -> list[JobRecord]:
+    """AdaptiveJob objects as the controller's round reads them; objects whose spec does not
+    validate are left out (the reconcile step marks them Failed with the reason)."""
+    known = {f.alias or n for n, f in AdaptiveJobStatus.model_fields.items()}
+    out = []
+    for body in bodies:
+        try:
+            spec = AdaptiveJobSpec.model_validate(body.get("spec") or {})
+            raw = body.get("status") or {}
+            status = AdaptiveJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
+        except ValueError:
             continue
-        infos.append(info)
-        previous[key] = list((body.get("status") or {}).get("allocation") or [])
-    allocation = policy.optimize(infos, nodes, previous) if infos else {}
-    changed = {}
-    for info in infos:
-        want = list(allocation.get(info.name, []))
-        if current.get(info.name) != want:
-            changed[info.name] = want
-    return RoundResult(allocation=allocation, changed=changed)
+        created = _created(body) or datetime.fromtimestamp(0, UTC)
+        out.append(JobRecord(job_key(body), spec, status, created, desired_allocation(body)))
+    return out

@@ -116,7 +116,12 @@ async def delete_pod(name: str) -> None:
 
 
 def alive(k8s: Any) -> set[str]:
-    return set(pods_of(k8s))
+    """Pods that have not exited (exited ones stay a while for their logs)."""
+    return {
+        n
+        for n, p in pods_of(k8s).items()
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    }
 
 
 async def run_group(k8s: Any, names: set[str]) -> None:
@@ -154,8 +159,8 @@ async def test_allocation_change_restarts_at_next_group(
 async def test_failure_backs_off_then_fails_past_max_restarts(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
 ) -> None:
+    from adl.controller.lifecycle import Timing
     from adl.operator import handlers
-    from adl.operator.reconcile import Timing
 
     monkeypatch.setattr(handlers.CONFIG, "timing", Timing(backoff_base_s=1.0))
     policy.answer = {KEY: ["node-a"]}

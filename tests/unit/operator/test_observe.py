@@ -64,3 +64,42 @@ def test_plain_pending_and_deleting() -> None:
     p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     st = classify(p)
     assert (st.phase, st.reason, st.deleting) == (PodPhase.PENDING, "ContainerCreating", True)
+
+
+def test_pods_become_replicas_of_the_current_group() -> None:
+    from adl.controller.lifecycle import ReplicaPhase
+    from adl.operator.observe import PodState, observed_workers
+
+    pods = [
+        PodState("j-g2-0", 2, 0, PodPhase.RUNNING, ready=True),
+        PodState("j-g2-1", 2, 1, PodPhase.FAILED, reason="OOMKilled", exit_code=137),
+        PodState("j-g1-0", 1, 0, PodPhase.RUNNING, deleting=True),
+    ]
+    obs = observed_workers(pods, group=2, allocation=["a", "a", "b", "b", "b"])
+    current = obs.of_group(2)
+    assert [r.rank for r in current] == [0, 1, 2, 3, 4]
+    assert [r.phase for r in current] == [ReplicaPhase.RUNNING] * 2 + [ReplicaPhase.FAILED] * 3
+    assert current[3].reason == "OOMKilled" and current[3].exit_code == 137
+    (old,) = obs.others(2)
+    assert old.alive and old.terminating
+
+
+def test_pod_indices_for_missing_ranks() -> None:
+    from adl.operator.observe import pod_indices
+
+    alloc = ["a", "a", "b", "c", "c"]
+    assert pod_indices(alloc, range(5)) == [0, 1, 2]
+    assert pod_indices(alloc, [2]) == [1]
+    assert pod_indices(alloc, [1, 4]) == [0, 2]
+
+
+def test_finished_pods_of_old_groups_are_leftovers() -> None:
+    from adl.operator.observe import PodState, finished_leftovers
+
+    pods = [
+        PodState("j-g1-0", 1, 0, PodPhase.FAILED),
+        PodState("j-g2-0", 2, 0, PodPhase.FAILED),  # previous group: kept for its logs
+        PodState("j-g3-0", 3, 0, PodPhase.RUNNING),
+        PodState("j-g0-0", 0, 0, PodPhase.RUNNING),  # alive: the lifecycle stops it first
+    ]
+    assert [p.name for p in finished_leftovers(pods, group=3)] == ["j-g1-0"]

@@ -7,12 +7,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from adl.controller.rounds import job_info, plan_round
 from adl.operator.scheduling import (
     desired_allocation,
     gpus_used_by_others,
-    job_info,
+    job_records,
     nodes_from_objects,
-    plan,
 )
 from adl.sched.types import Allocation, JobInfo, NodeInfo
 
@@ -85,21 +85,22 @@ def job(name: str, created: str, **status: Any) -> dict[str, Any]:
     }
 
 
-def test_job_info_from_the_crd() -> None:
+def test_job_records_from_the_crd() -> None:
     body = job(
         "a",
         "2026-01-01T00:00:00Z",
         restarts={"resize": 2, "failure": 1},
         hints={"initBatchSize": 32, "restartCostS": 12.0},
+        kopf={"ignored": True},
+        annotations={"adl.dev/allocation": '["n1", "n1"]'},
     )
-    info = job_info(body, NOW, order=3)
-    assert info is not None
+    invalid = job("d", "2026-01-01T00:00:00Z", spec={"minReplicas": 9})
+    (record,) = job_records([body, invalid])
+    assert record.key == "ns/a" and record.desired == ["n1", "n1"]
+    assert record.created == datetime(2026, 1, 1, tzinfo=UTC)
+    info = job_info(record, NOW, order=3)
     assert (info.name, info.min_replicas, info.max_replicas) == ("ns/a", 1, 4)
     assert info.age_s == 600 and info.restarts == 3 and info.restart_cost_s == 12.0
-    assert info.submit_order == 3
-    assert job_info(job("b", "2026-01-01T00:00:00Z", phase="Succeeded"), NOW, 0) is None
-    assert job_info(job("c", "2026-01-01T00:00:00Z", spec={"suspend": True}), NOW, 0) is None
-    assert job_info(job("d", "2026-01-01T00:00:00Z", spec={"minReplicas": 9}), NOW, 0) is None
 
 
 class Recorder:
@@ -124,7 +125,8 @@ def test_plan_reports_only_changed_allocations_in_submission_order() -> None:
     new = job("new", "2026-01-01T00:02:00Z")
     done = job("done", "2026-01-01T00:00:00Z", phase="Failed")
     policy = Recorder({"ns/same": ["a"], "ns/new": ["b", "b"]})
-    result = plan(policy, [new, done, same], [NodeInfo("a", 1), NodeInfo("b", 2)], NOW)
+    records = job_records([new, done, same])
+    result = plan_round(policy, records, [NodeInfo("a", 1), NodeInfo("b", 2)], NOW)
     assert result.changed == {"ns/new": ["b", "b"]}
     names, _nodes, previous = policy.seen[0]
     assert names == ["ns/same", "ns/new"]
@@ -137,7 +139,7 @@ def test_plan_with_the_real_policy() -> None:
 
     jobs = [job(f"j{i}", f"2026-01-01T00:0{i}:00Z") for i in range(3)]
     nodes = [NodeInfo("a", 4), NodeInfo("b", 4)]
-    result = plan(AdlPolicy(), jobs, nodes, NOW)
+    result = plan_round(AdlPolicy(), job_records(jobs), nodes, NOW)
     used: dict[str, int] = {}
     for alloc in result.allocation.values():
         for n in alloc:
