@@ -3,11 +3,19 @@ schema and the CRD schema. Field names are snake_case in Python and camelCase on
 
 from __future__ import annotations
 
+import difflib
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 
@@ -213,3 +221,73 @@ class GroupInfo(_Model):
     world_size: int = Field(default=0, ge=0)
     num_nodes: int = Field(default=0, ge=0)
     allocation: list[str] = Field(default_factory=list, description="node per replica")
+
+
+# --------------------------------------------------------------------------- error messages
+
+_BOUNDS = {
+    "greater_than_equal": (">=", "ge"),
+    "greater_than": (">", "gt"),
+    "less_than_equal": ("<=", "le"),
+    "less_than": ("<", "lt"),
+}
+
+
+def _field_names(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
+    """camelCase names of the fields allowed where ``loc`` points (for "did you mean")."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) or next(
+            (f for f in model.model_fields.values() if f.alias == part), None
+        )
+        sub = field.annotation if field is not None else None
+        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            return []
+        model = sub
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def explain(exc: ValidationError, model: type[BaseModel], root: str = "spec") -> list[str]:
+    """One readable line per problem, with camelCase paths from ``root``:
+    ``spec.maxRestarts: must be >= 0 (got -1)``, ``spec.minReplica: unknown field (did you mean
+    minReplicas?)``, ``spec: minReplicas (5) must be <= maxReplicas (2)``."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = ".".join([root, *(to_camel(p) if isinstance(p, str) else f"[{p}]" for p in loc)])
+        path = path.replace(".[", "[")
+        kind, ctx = err["type"], err.get("ctx") or {}
+        if kind in _BOUNDS and _BOUNDS[kind][1] in ctx:
+            op, key = _BOUNDS[kind]
+            bound = ctx[key]
+            shown = f"{bound:g}" if isinstance(bound, float) else str(bound)
+            text = f"must be {op} {shown} (got {err['input']!r})"
+        elif kind == "missing":
+            text = "required"
+        elif kind == "extra_forbidden":
+            allowed = _field_names(model, loc)
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            text = "unknown field" + (f" (did you mean {close[0]}?)" if close else "")
+            if not close and allowed:
+                text += f" (allowed: {', '.join(allowed)})"
+        elif kind == "value_error":
+            text = err["msg"].removeprefix("Value error, ")
+        else:
+            text = f"{err['msg']} (got {err['input']!r})"
+        lines.append(f"{path}: {text}")
+    return lines
+
+
+class InvalidSpec(ValueError):
+    """A user's AdaptiveJob spec with every problem listed (CLI and API show ``str(exc)``)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid AdaptiveJob spec:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+def parse_spec(data: dict[str, Any]) -> AdaptiveJobSpec:
+    """Validate user input into a spec, raising ``InvalidSpec`` with readable problems."""
+    try:
+        return AdaptiveJobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidSpec(explain(exc, AdaptiveJobSpec)) from None
