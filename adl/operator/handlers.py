@@ -38,7 +38,7 @@ from adl.operator.scheduling import desired_allocation, job_records, nodes_from_
 from adl.operator.store import Conflict, KubeStore
 from adl.sched.types import Policy
 
-ANNOTATION_TOKEN_HASH = "adl.dev/token-sha256"
+ANNOTATION_TOKEN_HASH = P.ANNOTATION_TOKEN_HASH
 log = logging.getLogger("adl.operator")
 
 
@@ -59,6 +59,7 @@ class OperatorConfig:
     node_selector: dict[str, str] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     policy_factory: Callable[[], Policy] = _default_policy
+    metrics: Any = None  # adl.api.metrics.AdlMetrics of the API served beside the operator
     timing: Timing = field(default_factory=Timing)
 
 
@@ -94,6 +95,10 @@ class Runtime:
         return self.locks.setdefault(key, asyncio.Lock())
 
 
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -122,11 +127,15 @@ def _event(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
 async def _ensure_resources(rt: Runtime, job: P.JobRef, spec: AdaptiveJobSpec, body: Any) -> None:
     store = rt.store
     await asyncio.to_thread(store.create, P.build_service(job))
+    # The Secret holds the token; the job carries only its hash, which the API checks.
     secret = await asyncio.to_thread(store.get_secret, job.namespace, P.token_secret_name(job.name))
-    if secret is None:
+    token = P.token_from_secret(secret) if secret is not None else None
+    if token is None:
         token = secrets.token_urlsafe(32)
         await asyncio.to_thread(store.create, P.build_token_secret(job, token))
-        digest = hashlib.sha256(token.encode()).hexdigest()
+    digest = token_digest(token)
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(ANNOTATION_TOKEN_HASH) != digest:
         await asyncio.to_thread(
             store.patch_job_annotations, job.namespace, job.name, {ANNOTATION_TOKEN_HASH: digest}
         )
@@ -261,6 +270,8 @@ async def run_round(rt: Runtime, *, force: bool = False) -> bool:
         records = job_records(jobs)
         result = await asyncio.to_thread(plan_round, rt.policy, records, nodes, _now())
         rt.rounds.durations_s.append(result.duration_s)
+        if CONFIG.metrics is not None:
+            CONFIG.metrics.observe_round(result.duration_s)
         for key, alloc in result.changed.items():
             ns, name = key.split("/", 1)
             await asyncio.to_thread(

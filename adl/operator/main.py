@@ -17,9 +17,8 @@ from typing import Any
 
 log = logging.getLogger("adl.operator")
 
-#: Hook for the API service: (port) -> coroutine serving it. Set by ``adl.operator.api_store``
-#: when the API package is present; None means kopf runs alone.
-ApiServer = Callable[[int], Awaitable[None]]
+#: The API service: (port, namespaces) -> coroutine serving it (``adl.operator.api_store``).
+ApiServer = Callable[[int, list[str]], Awaitable[None]]
 
 
 @dataclass
@@ -105,7 +104,7 @@ async def run(opts: Options) -> None:
     ]
     api = _api_server()
     if api is not None:
-        tasks.append(api(opts.port))
+        tasks.append(api(opts.port, opts.namespaces))
     else:
         log.warning("adl.api is not available: running the operator without the API service")
     await asyncio.gather(*tasks)

@@ -24,6 +24,7 @@ LABEL_INDEX = "adl.dev/node-index"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "adl"
 ANNOTATION_ALLOCATION = "adl.dev/allocation"
+ANNOTATION_TOKEN_HASH = "adl.dev/token-sha256"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MASTER_PORT = 29500
@@ -278,6 +279,17 @@ def build_token_secret(job: JobRef, token: str) -> dict[str, Any]:
         "metadata": _meta(job, token_secret_name(job.name), job_labels(job.name)),
         "stringData": {TOKEN_KEY: token},
     }
+
+
+def token_from_secret(secret: Mapping[str, Any]) -> str | None:
+    """The token stored in a job's Secret (``data`` is base64, ``stringData`` plain)."""
+    import base64
+
+    data = secret.get("data") or {}
+    if data.get(TOKEN_KEY):
+        return base64.b64decode(data[TOKEN_KEY]).decode()
+    plain = (secret.get("stringData") or {}).get(TOKEN_KEY)
+    return str(plain) if plain else None
 
 
 def build_pvc(job: JobRef, spec: AdaptiveJobSpec) -> dict[str, Any] | None:

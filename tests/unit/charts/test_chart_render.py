@@ -59,7 +59,7 @@ def test_renders(variant: str) -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["port"] == "health"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert pod["serviceAccountName"] == kinds(docs, "ServiceAccount")[0]["metadata"]["name"]
     (svc,) = kinds(docs, "Service")
     assert (

@@ -1,0 +1,126 @@
+"""The API service's store on Kubernetes: the AdaptiveJob objects themselves.
+
+Hints go to ``status.hints`` (the operator's own status writes leave that field alone), tokens
+are checked against the SHA-256 kept in the job's ``adl.dev/token-sha256`` annotation (the token
+itself lives only in the job's Secret and the workers' mount), rendezvous facts come from the
+status and the pod naming scheme. ``serve`` runs the API beside kopf in the operator process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from adl.api.auth import find_owner
+from adl.api.store import JobSnapshot, UnknownJob
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, GroupInfo, Hints
+from adl.operator import pods as P
+from adl.operator.scheduling import job_key
+from adl.operator.store import KubeStore
+
+
+def _status(body: dict[str, Any]) -> AdaptiveJobStatus:
+    known = {f.alias or n for n, f in AdaptiveJobStatus.model_fields.items()}
+    raw = body.get("status") or {}
+    return AdaptiveJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
+
+
+class OperatorApiStore:
+    """``adl.api.store.ApiStore`` over the Kubernetes API (async: calls run in threads)."""
+
+    def __init__(self, store: KubeStore, namespaces: list[str] | None = None) -> None:
+        self.store = store
+        self.namespaces = namespaces or []
+
+    def _split(self, job: str) -> tuple[str, str]:
+        ns, _, name = job.partition("/")
+        return ns, name
+
+    async def _jobs(self) -> list[dict[str, Any]]:
+        if not self.namespaces:
+            return await asyncio.to_thread(self.store.list_jobs, None)
+        out: list[dict[str, Any]] = []
+        for ns in self.namespaces:
+            out += await asyncio.to_thread(self.store.list_jobs, ns)
+        return out
+
+    async def _job(self, job: str) -> dict[str, Any]:
+        ns, name = self._split(job)
+        body = await asyncio.to_thread(self.store.get_job, ns, name)
+        if body is None:
+            raise UnknownJob(job)
+        return body
+
+    async def token_owner(self, token: str) -> str | None:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        candidates = [
+            (job_key(b), (b["metadata"].get("annotations") or {}).get(P.ANNOTATION_TOKEN_HASH))
+            for b in await self._jobs()
+        ]
+        return find_owner(((k, h) for k, h in candidates if h), digest)
+
+    async def put_hints(self, job: str, hints: Hints) -> None:
+        ns, name = self._split(job)
+        # explicit nulls: fields the job stopped reporting are cleared, not merged
+        body = {"hints": hints.model_dump(mode="json", by_alias=True)}
+        try:
+            await asyncio.to_thread(self.store.patch_job_status, ns, name, body, None)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise UnknownJob(job) from exc
+            raise
+
+    async def get_hints(self, job: str) -> Hints | None:
+        return _status(await self._job(job)).hints
+
+    async def group_info(self, job: str) -> GroupInfo | None:
+        body = await self._job(job)
+        st = _status(body)
+        if st.group == 0:
+            return None
+        ref = P.JobRef.from_body(
+            {**body, "metadata": {**body["metadata"], "namespace": self._split(job)[0]}}
+        )
+        return GroupInfo(
+            job=job,
+            group=st.group,
+            phase=st.phase,
+            master_addr=P.master_addr(ref, st.group),
+            master_port=P.MASTER_PORT,
+            world_size=len(st.allocation),
+            num_nodes=len(P.node_slots(st.allocation)),
+            allocation=list(st.allocation),
+        )
+
+    async def list_jobs(self) -> Iterable[JobSnapshot]:
+        out = []
+        for body in await self._jobs():
+            try:
+                gpus = AdaptiveJobSpec.model_validate(body.get("spec") or {}).gpus_per_replica
+            except ValueError:
+                gpus = 0
+            out.append(JobSnapshot(job_key(body), _status(body), gpus))
+        return out
+
+    async def ready(self) -> bool:
+        await self._jobs()
+        return True
+
+
+async def serve(port: int, namespaces: list[str] | None = None) -> None:
+    """Serve the API on ``port`` in the running loop (next to kopf)."""
+    import uvicorn
+
+    from adl.api.app import create_app
+    from adl.api.metrics import AdlMetrics
+    from adl.operator import handlers
+
+    metrics = AdlMetrics()
+    handlers.configure(metrics=metrics)
+    app = create_app(OperatorApiStore(KubeStore(), namespaces), metrics=metrics)
+    config = uvicorn.Config(app, host="0.0.0.0", port=port, log_level="info")
+    await uvicorn.Server(config).serve()
