@@ -158,3 +158,58 @@ def test_rbac_grants_exactly_the_declared_permissions(
     sa = kinds(docs, "ServiceAccount")[0]["metadata"]["name"]
     for b in bindings:
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "adl-system"}]
+
+
+def test_dashboard_queries_only_exported_metrics() -> None:
+    import json
+    import re
+
+    from adl.api.metrics import METRIC_NAMES
+
+    (cm,) = kinds(render({}), "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["adl-overview.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert exprs
+    exported = set(METRIC_NAMES)
+    histograms = {"adl_round_latency_seconds"}
+    allowed = exported | {f"{h}_{s}" for h in histograms for s in ("bucket", "sum", "count")}
+    used = {m for e in exprs for m in re.findall(r"\badl_[a-z_]+\b", e)}
+    assert used <= allowed, f"dashboard queries metrics the API does not export: {used - allowed}"
+    assert {"adl_jobs", "adl_job_goodput", "adl_round_latency_seconds_bucket"} <= used
+    assert kinds(render({"grafana": {"dashboard": {"enabled": False}}}), "ConfigMap") == []
+
+
+def test_dashboard_metrics_are_really_exported_by_the_api() -> None:
+    from fastapi.testclient import TestClient
+
+    from adl.api.app import create_app
+    from adl.api.metrics import METRIC_NAMES
+    from adl.api.store import JobSnapshot
+    from adl.models import AdaptiveJobStatus
+
+    class Store:
+        def token_owner(self, token: str) -> None:
+            return None
+
+        def put_hints(self, job: str, hints: object) -> None: ...
+
+        def get_hints(self, job: str) -> None:
+            return None
+
+        def group_info(self, job: str) -> None:
+            return None
+
+        def list_jobs(self) -> list[JobSnapshot]:
+            st = AdaptiveJobStatus(phase="Running", allocation=["a"], goodput=1.0, batch_size=8)
+            return [JobSnapshot("ns/j", st)]
+
+        def ready(self) -> bool:
+            return True
+
+    app = create_app(Store())  # type: ignore[arg-type]
+    app.state.metrics.observe_round(0.01)
+    text = TestClient(app).get("/metrics").text
+    for name in METRIC_NAMES:
+        if name != "adl_hints_reports_total":  # appears once a report was counted
+            assert f"\n{name}" in text or text.startswith(name), name
