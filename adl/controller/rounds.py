@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.hints import remaining_seconds, speedup_from_hints
-from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
+from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, SpeedupFn
 
 #: Restart cost assumed before a job has measured its own (seconds).
 DEFAULT_RESTART_COST_S = 30.0
@@ -40,16 +40,58 @@ class RoundResult:
     duration_s: float = 0.0  # policy time (set by run_round)
 
 
+#: The hints fields a speedup function depends on (progress and the like do not change it).
+_MODEL_FIELDS = {
+    "init_batch_size",
+    "max_batch_size",
+    "local_bsz_bounds",
+    "gradient_accumulation",
+    "perf_params",
+    "grad_params",
+}
+
+
+class SpeedupCache:
+    """Speedup functions kept across rounds while a job's model is unchanged.
+
+    Building one is cheap, but the policy memoizes work per function object, so handing it the
+    same object round after round keeps its tables warm. Entries of jobs absent from a round
+    are dropped at the next ``sweep``."""
+
+    def __init__(self) -> None:
+        self._fns: dict[str, tuple[str, SpeedupFn]] = {}
+        self._seen: set[str] = set()
+
+    def get(self, job: str, hints: Hints | None) -> SpeedupFn:
+        key = "" if hints is None else hints.model_dump_json(include=_MODEL_FIELDS)
+        self._seen.add(job)
+        hit = self._fns.get(job)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        fn = speedup_from_hints(hints)
+        self._fns[job] = (key, fn)
+        return fn
+
+    def sweep(self) -> None:
+        self._fns = {k: v for k, v in self._fns.items() if k in self._seen}
+        self._seen = set()
+
+    def __len__(self) -> int:
+        return len(self._fns)
+
+
 def participates(spec: AdaptiveJobSpec, status: AdaptiveJobStatus) -> bool:
     """Finished and suspended jobs hold no GPUs and are not offered any."""
     return not (spec.suspend or status.phase.finished or status.phase == Phase.SUSPENDED)
 
 
-def job_info(record: JobRecord, now: datetime, order: int = 0) -> JobInfo:
+def job_info(
+    record: JobRecord, now: datetime, order: int = 0, speedups: SpeedupCache | None = None
+) -> JobInfo:
     """The policy's view of one job: only what the job itself reported."""
     spec, status = record.spec, record.status
     hints = status.hints
-    speedup = speedup_from_hints(hints)
+    speedup = speedups.get(record.key, hints) if speedups is not None else speedup_from_hints(hints)
     cost = hints.restart_cost_s if hints is not None and hints.restart_cost_s else None
     return JobInfo(
         name=record.key,
@@ -75,12 +117,19 @@ def _current(record: JobRecord) -> list[str]:
 
 
 def plan_round(
-    policy: Policy, jobs: Sequence[JobRecord], nodes: Sequence[NodeInfo], now: datetime
+    policy: Policy,
+    jobs: Sequence[JobRecord],
+    nodes: Sequence[NodeInfo],
+    now: datetime,
+    speedups: SpeedupCache | None = None,
 ) -> RoundResult:
-    """Ask the policy for a new allocation of all participating jobs (oldest first)."""
+    """Ask the policy for a new allocation of all participating jobs (oldest first). Pass the
+    same ``speedups`` cache every round to keep the policy's per-job work warm."""
     ordered = sorted(jobs, key=lambda r: (r.created, r.key))
     live = [r for r in ordered if participates(r.spec, r.status)]
-    infos = [job_info(r, now, order) for order, r in enumerate(live)]
+    infos = [job_info(r, now, order, speedups) for order, r in enumerate(live)]
+    if speedups is not None:
+        speedups.sweep()
     previous = {r.key: _current(r) for r in live}
     raw = policy.optimize(infos, nodes, previous) if infos else {}
     allocation = {r.key: list(raw.get(r.key, [])) for r in live}
@@ -93,11 +142,15 @@ def plan_round(
 
 
 def run_round(
-    policy: Policy, jobs: Sequence[JobRecord], nodes: Sequence[NodeInfo], now: datetime
+    policy: Policy,
+    jobs: Sequence[JobRecord],
+    nodes: Sequence[NodeInfo],
+    now: datetime,
+    speedups: SpeedupCache | None = None,
 ) -> RoundResult:
     """``plan_round`` timed with a monotonic clock (the only impure part of the round)."""
     t0 = time.perf_counter()
-    result = plan_round(policy, jobs, nodes, now)
+    result = plan_round(policy, jobs, nodes, now, speedups)
     return RoundResult(result.allocation, result.changed, result.jobs, time.perf_counter() - t0)
 
 

@@ -13,6 +13,7 @@ from adl.controller.rounds import (
     DEFAULT_RESTART_COST_S,
     JobRecord,
     RoundLog,
+    SpeedupCache,
     accrue_service,
     job_info,
     plan_round,
@@ -198,3 +199,29 @@ def test_with_the_real_policy() -> None:
         assert alloc == [] or 1 <= len(alloc) <= 4, key
     # deterministic: the same inputs give the same answer
     assert plan_round(AdlPolicy(seed=0), jobs, nodes, NOW).allocation == (result.allocation)
+
+
+def test_speedup_cache_reuses_functions_while_the_model_is_unchanged() -> None:
+    cache = SpeedupCache()
+    rec = record("a", hints=HINTS)
+    first = job_info(rec, NOW, speedups=cache).speedup
+    # progress moves on every report; the model does not
+    moved = HINTS.model_copy(update={"progress": 500.0})
+    again = job_info(record("a", hints=moved), NOW, speedups=cache).speedup
+    assert again is first
+    refit = HINTS.model_copy(update={"grad_params": GradParamsModel(sqr=1.0, var=50.0)})
+    changed = job_info(record("a", hints=refit), NOW, speedups=cache).speedup
+    assert changed is not first
+    assert float(np.asarray(changed(1, 4))) != float(np.asarray(first(1, 4)))
+
+
+def test_speedup_cache_forgets_jobs_that_left() -> None:
+    cache = SpeedupCache()
+    policy = FakePolicy()
+    nodes = [NodeInfo("n0", 2)]
+    plan_round(policy, [record("a", hints=HINTS), record("b")], nodes, NOW, cache)
+    assert len(cache) == 2
+    fn_a = policy.calls[0][0][0].speedup
+    plan_round(policy, [record("a", hints=HINTS)], nodes, NOW, cache)
+    assert len(cache) == 1
+    assert policy.calls[1][0][0].speedup is fn_a
