@@ -6,6 +6,7 @@ class, image, GPU sizes) so that a job which could never run is refused before a
 from __future__ import annotations
 
 import builtins
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -92,7 +93,7 @@ def _view(body: Mapping[str, Any], events: list[str] | None = None) -> JobView:
 class KubernetesBackend:
     """Backend protocol implementation over the Kubernetes API."""
 
-    def __init__(self, api: client.ApiClient | None = None, gpu_resource: str = P.GPU_RESOURCE):
+    def __init__(self, api: client.ApiClient | None = None, gpu_resource: str | None = None):
         try:
             self.api = api or api_client()
         except Exception as exc:  # no kubeconfig, bad context: one clear line for the CLI
@@ -100,7 +101,8 @@ class KubernetesBackend:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.storage = client.StorageV1Api(self.api)
-        self.gpu_resource = gpu_resource
+        # the scheduler's slot unit; ADL_GPU_RESOURCE=cpu on clusters without GPUs
+        self.gpu_resource = gpu_resource or os.environ.get("ADL_GPU_RESOURCE", P.GPU_RESOURCE)
 
     # ------------------------------------------------------------------ helpers
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

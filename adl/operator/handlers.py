@@ -176,7 +176,14 @@ async def _execute(
                 node, count = slots[index]
                 env = P.worker_env(job, action.group, alloc, index, CONFIG.api_url)
                 manifest = P.build_pod(
-                    job, spec, group=action.group, index=index, node=node, replicas=count, env=env
+                    job,
+                    spec,
+                    group=action.group,
+                    index=index,
+                    node=node,
+                    replicas=count,
+                    env=env,
+                    resource=CONFIG.gpu_resource,
                 )
                 await asyncio.to_thread(rt.store.create, manifest)
         elif isinstance(action, DeleteGroup):

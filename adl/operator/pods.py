@@ -191,8 +191,10 @@ def build_pod(
     replicas: int,
     env: Mapping[str, str],
     claim: str | None = None,
+    resource: str = GPU_RESOURCE,
 ) -> dict[str, Any]:
-    """The pod running ``replicas`` replicas of ``group`` on ``node``, stamped with ``env``."""
+    """The pod running ``replicas`` replicas of ``group`` on ``node``, stamped with ``env``;
+    it requests ``replicas * gpusPerReplica`` of ``resource`` (the scheduler's slot unit)."""
     template = copy.deepcopy(spec.template)
     tmeta = template.get("metadata") or {}
     pspec = copy.deepcopy(template.get("spec") or {})
@@ -204,7 +206,7 @@ def build_pod(
     if gpus:
         resources = copy.deepcopy(trainer.get("resources") or {})
         for kind in ("limits", "requests"):
-            resources.setdefault(kind, {})[GPU_RESOURCE] = str(gpus)
+            resources.setdefault(kind, {})[resource] = str(gpus)
         trainer["resources"] = resources
     mounts = [m for m in trainer.get("volumeMounts") or [] if m.get("name") not in _VOLUMES]
     mounts += [

@@ -139,3 +139,11 @@ def test_service_and_secret() -> None:
 )
 def test_label_selection(labels: dict[str, str], selector: str, expected: bool) -> None:
     assert P.matches_selector(labels, selector) is expected
+
+
+def test_slot_resource_is_configurable() -> None:
+    pod = P.build_pod(
+        JOB, spec(gpusPerReplica=1), group=1, index=0, node="n", replicas=3, env={}, resource="cpu"
+    )
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"cpu": "3"}
