@@ -74,5 +74,7 @@ class LocalApiStore:
 def build_app(daemon: Daemon) -> Any:
     """The FastAPI app of ``adl.api`` bound to the daemon's state."""
     from adl.api.app import create_app
+    from adl.api.metrics import AdlMetrics
 
-    return create_app(LocalApiStore(daemon.store))
+    daemon.metrics = AdlMetrics()
+    return create_app(LocalApiStore(daemon.store), metrics=daemon.metrics, title="adl local")

@@ -106,6 +106,7 @@ class Daemon:
         self.rounds = RoundLog()
         self.api_url = ""
         self._server: Any = None
+        self.metrics: Any = None  # adl.api.metrics.AdlMetrics once the API runs
         self._lock_fh: Any = None
 
     # ------------------------------------------------------------------ lifecycle of the daemon
@@ -242,7 +243,7 @@ class Daemon:
             if result is not None:
                 codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
                 for rank, code in enumerate(codes):
-                    msg = result.get("failure", "") if code not in (0, 143, -15) else ""
+                    msg = self._failure_text(paths, rank, code) if code not in (0, 143) else ""
                     out.append(ReplicaState.exited(g, rank, code, msg))
                 self._record_end(rec, g, codes, float(result.get("ended", time.time())))
                 continue
@@ -262,6 +263,13 @@ class Daemon:
                 self._record_end(rec, g, codes, time.time())
                 P.write_result_if_missing(paths.result(g), codes)
         return ObservedWorkers(tuple(out))
+
+    @staticmethod
+    def _failure_text(paths: P.GroupPaths, rank: int, code: int) -> str:
+        """Why a rank failed, for ``adl describe``: its exit and the last line it printed."""
+        what = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        tail = P.last_line(paths.log(rank))
+        return f"rank {rank} {what}" + (f": {tail}" if tail else "")
 
     def _group_size(self, rec: JobRecord, group: int) -> int:
         plan = P.read_json(self.paths(rec).plan(group))
@@ -374,6 +382,12 @@ class Daemon:
             if now > deadline and P.group_alive(P.GroupProcess(g.pid, g.start_ticks or 0)):
                 P.signal_group(g.pid, signal.SIGKILL)
 
+    def reap(self) -> None:
+        """Collect exited shims we launched (no zombies, even for purged jobs)."""
+        for key, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[key]
+
     def execute(self, rec: JobRecord, actions: list[Action]) -> None:
         events: list[tuple[str, str, str]] = []
         for action in actions:
@@ -400,6 +414,7 @@ class Daemon:
         for rec in list(self.jobs.values()):
             self.step_job(rec, now, elapsed)
         self.escalate()
+        self.reap()
         if self._round_due or now_mono - self._last_round >= self.s.round_s:
             self.schedule(now)
         self.reload()
@@ -449,6 +464,8 @@ class Daemon:
         nodes = [NodeInfo(NODE, self.capacity)]
         result = run_round(self.policy, jobs, nodes, now)
         self.rounds.add(result)
+        if self.metrics is not None:
+            self.metrics.observe_round(result.duration_s)
         if result.changed:
             self.store.set_desired(result.changed)
             for key, alloc in result.changed.items():

@@ -1,0 +1,229 @@
+"""``adl demo``: the whole loop on this machine in a few minutes.
+
+A local daemon with 4 CPU slots, three example jobs with different scaling behaviour submitted a
+few seconds apart, a live table while the scheduler moves slots between them, and a summary
+showing which jobs grew and shrank, that all finished and that their losses fell.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+#: (name, --kind of examples/demo_train.py, scale-invariant steps, min, max, delay before submit)
+DEMO_JOBS: tuple[tuple[str, str, int, int, int, float], ...] = (
+    ("wide-mlp", "compute", 3000, 1, 4, 0.0),
+    ("big-linear", "sync", 1000, 1, 4, 15.0),
+    ("tiny-logreg", "small", 1500, 1, 2, 30.0),
+)
+
+
+@dataclass
+class JobSummary:
+    """One line of the demo's summary (and of ``--json``)."""
+
+    name: str
+    phase: str
+    min_replicas_seen: int
+    max_replicas_seen: int
+    restarts: int
+    first_loss: float | None
+    last_loss: float | None
+    grew: bool = False
+    shrank: bool = False
+
+
+def example_script() -> Path:
+    """examples/demo_train.py of this checkout (the demo's workers run it)."""
+    return Path(__file__).resolve().parents[2] / "examples" / "demo_train.py"
+
+
+def demo_records(log_text: str) -> list[dict[str, Any]]:
+    """The ``{"demo": {...}}`` lines a worker printed (other lines are ignored)."""
+    out = []
+    for line in log_text.splitlines():
+        if not line.startswith('{"demo"'):
+            continue
+        try:
+            out.append(json.loads(line)["demo"])
+        except (ValueError, KeyError):
+            continue
+    return out
+
+
+def sizes_in_order(group_sizes: list[tuple[int, int]]) -> list[int]:
+    """Replica counts of the groups that ran, in group order."""
+    return [n for _, n in sorted(group_sizes)]
+
+
+def summarize(
+    name: str, phase: str, restarts: int, group_sizes: list[tuple[int, int]], log_text: str
+) -> JobSummary:
+    """Pure: what happened to one job, from its groups and its rank-0 log."""
+    sizes = sizes_in_order(group_sizes)
+    losses = [float(r["loss"]) for r in demo_records(log_text) if "loss" in r]
+    return JobSummary(
+        name=name,
+        phase=phase,
+        min_replicas_seen=min(sizes) if sizes else 0,
+        max_replicas_seen=max(sizes) if sizes else 0,
+        restarts=restarts,
+        first_loss=losses[0] if losses else None,
+        last_loss=losses[-1] if losses else None,
+        grew=any(b > a for a, b in itertools.pairwise(sizes)),
+        shrank=any(b < a for a, b in itertools.pairwise(sizes)),
+    )
+
+
+def summary_table(rows: list[JobSummary]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="adl demo: summary", header_style="bold")
+    for col in ("JOB", "PHASE", "REPLICAS SEEN", "RESIZED", "RESTARTS", "LOSS first -> last"):
+        table.add_column(col)
+    for r in rows:
+        moves = [w for w, flag in (("grew", r.grew), ("shrank", r.shrank)) if flag]
+        loss = (
+            f"{r.first_loss:.4f} -> {r.last_loss:.4f}"
+            if r.first_loss is not None and r.last_loss is not None
+            else "-"
+        )
+        table.add_row(
+            r.name,
+            r.phase,
+            f"{r.min_replicas_seen}-{r.max_replicas_seen}",
+            ", ".join(moves) or "-",
+            str(r.restarts),
+            loss,
+        )
+    return table
+
+
+def run_demo(
+    home: Path,
+    *,
+    slots: int = 4,
+    round_s: float = 2.0,
+    timeout_s: float = 900.0,
+    jobs: tuple[tuple[str, str, int, int, int, float], ...] = DEMO_JOBS,
+    live: bool = True,
+    keep_daemon: bool = False,
+) -> list[JobSummary]:
+    """Start a daemon on ``home``, run the demo jobs to completion, return the summary."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from adl.cli.backend import BackendError
+    from adl.cli.cmd_jobs import jobs_table, spec_from_command
+    from adl.local.client import LocalBackend, start_daemon, stop_daemon
+
+    console = Console()
+    start_daemon(home, slots=slots, round_s=round_s)
+    backend = LocalBackend(home, autostart=False)
+    script = example_script()
+    t0 = time.monotonic()
+    pending = list(jobs)
+    try:
+        with Live(console=console, refresh_per_second=2, transient=False) as view:
+            while True:
+                now = time.monotonic() - t0
+                while pending and pending[0][5] <= now:
+                    name, kind, steps, lo, hi, _ = pending.pop(0)
+                    argv = [sys.executable, str(script), "--kind", kind, "--steps", str(steps)]
+                    spec = spec_from_command(
+                        argv,
+                        min_replicas=lo,
+                        max_replicas=hi,
+                        env=[],
+                        workdir=str(script.parent),
+                        max_restarts=3,
+                    )
+                    try:
+                        backend.submit(name, "default", spec)
+                    except BackendError as err:
+                        raise SystemExit(f"demo: {err}") from None
+                views = backend.list("default")
+                if live:
+                    view.update(jobs_table(views))
+                if not pending and views and all(v.status.phase.finished for v in views):
+                    break
+                if now > timeout_s:
+                    console.print(f"[red]demo: timed out after {timeout_s:.0f}s[/red]")
+                    break
+                time.sleep(1.0)
+        rows = []
+        store = backend.store
+        for v in backend.list("default"):
+            rec_key = f"{v.namespace}/{v.name}"
+            groups = [(g.group, g.replicas) for g in store.groups(rec_key)]
+            log_path = home / "jobs" / v.namespace / v.name / "logs" / "r0.log"
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            rows.append(
+                summarize(v.name, v.status.phase.value, v.status.restart_count(), groups, text)
+            )
+        return rows
+    finally:
+        backend.close()
+        if not keep_daemon:
+            stop_daemon(home)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def demo(
+        json_path: Annotated[
+            Path | None, typer.Option("--json", help="write the summary here")
+        ] = None,
+        home: Annotated[
+            Path | None, typer.Option(help="state directory (default: a fresh temporary one)")
+        ] = None,
+        slots: Annotated[int, typer.Option(help="CPU slots of the local node")] = 4,
+        timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 900.0,
+        keep: Annotated[bool, typer.Option(help="leave the daemon running afterwards")] = False,
+    ) -> None:
+        """Run three elastic jobs on a local 4-slot daemon and show how they were resized."""
+        from rich.console import Console
+
+        where = home or Path(tempfile.mkdtemp(prefix="adl-demo-"))
+        console = Console()
+        console.print(f"adl demo: local daemon with {slots} CPU slots, state in {where}")
+        console.print("three jobs arrive a few seconds apart; the scheduler resizes them")
+        t0 = time.monotonic()
+        rows = run_demo(where, slots=slots, timeout_s=timeout, keep_daemon=keep)
+        console.print(summary_table(rows))
+        grew = [r.name for r in rows if r.grew]
+        shrank = [r.name for r in rows if r.shrank]
+        done = all(r.phase == "Succeeded" for r in rows)
+        fell = all(
+            r.first_loss is not None and r.last_loss is not None and r.last_loss < r.first_loss
+            for r in rows
+        )
+        console.print(
+            f"grew: {', '.join(grew) or 'none'}; shrank: {', '.join(shrank) or 'none'}; "
+            f"all succeeded: {done}; losses fell: {fell}; "
+            f"{time.monotonic() - t0:.0f}s"
+        )
+        if json_path is not None:
+            payload = {
+                "jobs": [
+                    {k: v for k, v in asdict(r).items() if k not in ("grew", "shrank")}
+                    for r in rows
+                ],
+                "grew": grew,
+                "shrank": shrank,
+                "all_succeeded": done,
+                "losses_fell": fell,
+                "elapsed_s": round(time.monotonic() - t0, 1),
+                "home": str(where),
+            }
+            json_path.write_text(json.dumps(payload, indent=2))
+        if not done:
+            raise typer.Exit(1)

@@ -1,0 +1,85 @@
+"""``adl local up/down/status``: the embedded single-machine backend's daemon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+HomeOpt = Annotated[
+    Path | None, typer.Option("--home", help="state directory (default $ADL_HOME or ~/.adl/local)")
+]
+
+
+def register(app: typer.Typer) -> None:
+    local = typer.Typer(help="The local backend: this machine as a one-node cluster.")
+    app.add_typer(local, name="local")
+
+    @local.command()
+    def up(
+        home: HomeOpt = None,
+        slots: Annotated[
+            int | None, typer.Option(help="CPU slots when there is no GPU (default 4)")
+        ] = None,
+        round_s: Annotated[float | None, typer.Option(help="scheduling period, seconds")] = None,
+        foreground: Annotated[bool, typer.Option(help="run in this terminal")] = False,
+    ) -> None:
+        """Start the daemon in the background (no-op when one is running)."""
+        from adl.cli.backend import BackendError
+        from adl.cli.cmd_jobs import fail
+        from adl.local.client import daemon_pid, start_daemon
+        from adl.local.store import default_home
+
+        where = home or default_home()
+        if foreground:
+            from adl.local import daemon
+
+            args = ["--home", str(where)]
+            args += ["--slots", str(slots)] if slots else []
+            args += ["--round-s", str(round_s)] if round_s else []
+            raise typer.Exit(daemon.main(args))
+        if daemon_pid(where):
+            typer.echo(f"adl daemon already running (pid {daemon_pid(where)}) for {where}")
+            return
+        try:
+            pid = start_daemon(where, slots=slots, round_s=round_s)
+        except BackendError as err:
+            raise fail(str(err)) from None
+        typer.echo(f"adl daemon started (pid {pid}), state in {where}")
+
+    @local.command()
+    def down(home: HomeOpt = None) -> None:
+        """Stop the daemon (running workers keep going and are adopted on the next start)."""
+        from adl.local.client import stop_daemon
+        from adl.local.store import default_home
+
+        where = home or default_home()
+        if stop_daemon(where):
+            typer.echo("adl daemon stopped")
+        else:
+            typer.echo("no adl daemon running")
+
+    @local.command()
+    def status(home: HomeOpt = None) -> None:
+        """Whether the daemon runs, its API address and slots, and job counts by phase."""
+        from adl.local.client import DB_NAME, daemon_pid
+        from adl.local.store import Store, default_home
+
+        where = home or default_home()
+        pid = daemon_pid(where)
+        typer.echo(f"daemon:  {f'running (pid {pid})' if pid else 'stopped'}")
+        typer.echo(f"home:    {where}")
+        if not (where / DB_NAME).exists():
+            return
+        store = Store(where / DB_NAME)
+        try:
+            typer.echo(f"api:     {store.get_meta('api_url') or '-'}")
+            typer.echo(f"slots:   {store.get_meta('slots') or '-'}")
+            counts: dict[str, int] = {}
+            for rec in store.jobs():
+                counts[rec.status.phase.value] = counts.get(rec.status.phase.value, 0) + 1
+            summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+            typer.echo(f"jobs:    {summary}")
+        finally:
+            store.close()

@@ -1,0 +1,113 @@
+"""The daemon with real worker processes (the torch-free counter): start, resize, crash and
+restart from the checkpoint, maxRestarts, deletion, and the slot gate between jobs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from local_kit import FixedPolicy, counter_spec, wait_for
+
+from adl.cli.cmd_jobs import describe_text
+from adl.local.client import LocalBackend
+from adl.models import Phase, RestartCause
+
+
+def _log(home, name: str, rank: int = 0) -> str:  # type: ignore[no-untyped-def]
+    path = home / "jobs" / "default" / name / "logs" / f"r{rank}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def _phase(b: LocalBackend, name: str) -> Phase:
+    return b.get(name, "default").status.phase
+
+
+def test_job_runs_to_success_with_the_worker_env(daemon_factory, backend, home) -> None:
+    policy = FixedPolicy()
+    policy.replicas["a"] = 2
+    daemon_factory(policy)
+    backend.submit("a", "default", counter_spec("--steps", "10"))
+    wait_for(lambda: _phase(backend, "a") == Phase.SUCCEEDED)
+    v = backend.get("a", "default")
+    assert v.status.replicas == 2 and v.status.group == 1
+    assert "start group=1 rank=0 world=2 step=0" in _log(home, "a", 0)
+    assert "start group=1 rank=1 world=2" in _log(home, "a", 1)
+    assert json.loads((home / "jobs/default/a/checkpoint/state.json").read_text())["step"] == 10
+    assert any("Succeeded" in e for e in v.events)
+
+
+def test_resize_stops_the_group_and_resumes_at_the_new_size(daemon_factory, backend, home) -> None:
+    policy = FixedPolicy()
+    policy.replicas["a"] = 1
+    d = daemon_factory(policy)
+    backend.submit("a", "default", counter_spec("--steps", "60", "--step-s", "0.05", hi=3))
+    wait_for(lambda: "step=" in _log(home, "a") and _phase(backend, "a") == Phase.RUNNING)
+    wait_for(lambda: (home / "jobs/default/a/checkpoint/state.json").exists())
+    policy.replicas["a"] = 3
+    d._round_due = True
+    wait_for(lambda: _phase(backend, "a") == Phase.SUCCEEDED, timeout=60)
+    st = backend.get("a", "default").status
+    assert st.restart_count(RestartCause.RESIZE) == 1
+    assert st.restart_count(RestartCause.FAILURE) == 0
+    assert st.group == 2 and st.replicas == 3
+    log = _log(home, "a")
+    stopped = int(re.search(r"stopped group=1 rank=0 step=(\d+)", log).group(1))  # type: ignore[union-attr]
+    resumed = int(re.search(r"start group=2 rank=0 world=3 step=(\d+)", log).group(1))  # type: ignore[union-attr]
+    assert resumed == stopped > 0  # nothing lost, nothing repeated
+    groups = d.store.groups("default/a")
+    assert [g.replicas for g in groups] == [1, 3]
+    assert groups[0].ended is not None and groups[0].ended <= groups[1].started + 0.5
+
+
+def test_crash_restarts_from_the_last_checkpoint(daemon_factory, backend, home) -> None:
+    daemon_factory(FixedPolicy())
+    backend.submit("c", "default", counter_spec("--steps", "20", "--crash-at", "8"))
+    wait_for(lambda: _phase(backend, "c") == Phase.SUCCEEDED, timeout=60)
+    st = backend.get("c", "default").status
+    assert st.restart_count(RestartCause.FAILURE) == 1
+    log = _log(home, "c")
+    assert "crash group=1 step=8" in log
+    assert "start group=2 rank=0 world=1 step=7" in log  # the checkpoint before the crash
+
+
+def test_past_max_restarts_the_job_fails_with_the_reason(daemon_factory, backend) -> None:
+    daemon_factory(FixedPolicy())
+    backend.submit("f", "default", counter_spec("--crash-always", max_restarts=1))
+    wait_for(lambda: _phase(backend, "f") == Phase.FAILED, timeout=60)
+    v = backend.get("f", "default")
+    assert v.status.restart_count(RestartCause.FAILURE) == 2
+    text = describe_text(v)
+    assert "Phase:        Failed" in text
+    assert "exited with code 3" in text and "maxRestarts=1" in text
+
+
+def test_delete_stops_workers_and_forgets_the_job(daemon_factory, backend, home) -> None:
+    d = daemon_factory(FixedPolicy())
+    backend.submit("x", "default", counter_spec("--steps", "1000"))
+    wait_for(lambda: _phase(backend, "x") == Phase.RUNNING and "start" in _log(home, "x"))
+    pid = d.store.groups("default/x")[0].pid
+    backend.delete("x", "default")
+    wait_for(lambda: not [v for v in backend.list() if v.name == "x"])
+    from adl.local.shim import proc_start_ticks
+
+    assert pid is not None
+    wait_for(lambda: proc_start_ticks(pid) is None, timeout=5)
+    assert not (home / "jobs/default/x").exists()
+
+
+def test_a_job_waits_until_another_jobs_group_gave_its_slots_back(
+    daemon_factory, backend, home
+) -> None:
+    policy = FixedPolicy()
+    policy.replicas.update(a=2, b=0)
+    d = daemon_factory(policy, slots=2)
+    backend.submit("a", "default", counter_spec("--steps", "400", "--step-s", "0.05"))
+    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING and "start" in _log(home, "a"))
+    policy.replicas.update(a=1, b=1)
+    backend.submit("b", "default", counter_spec("--steps", "5"))
+    wait_for(lambda: _phase(backend, "b") == Phase.SUCCEEDED, timeout=60)
+    ga = d.store.groups("default/a")
+    gb = d.store.groups("default/b")
+    # b's group started only after a's 2-replica group had exited
+    assert ga[0].replicas == 2 and ga[0].ended is not None
+    assert gb[0].started >= ga[0].ended - 0.2
