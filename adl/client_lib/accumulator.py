@@ -60,9 +60,11 @@ class Accumulator(MutableMapping[str, float]):
     # ------------------------------------------------------------------ mapping
 
     def __getitem__(self, key: str) -> float:
-        if key not in self._total and key not in self._local:
-            raise KeyError(key)
+        """Missing keys read as 0.0 (like ``collections.Counter``), so ``acc[k] += x`` works."""
         return self._total.get(key, 0.0) + self._local.get(key, 0.0)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._total or key in self._local
 
     def __setitem__(self, key: str, value: float) -> None:
         """Record an assignment as an addition, so ``acc[k] += x`` adds x on this replica."""

@@ -67,6 +67,7 @@ def write(directory: Path, states: dict[str, Any]) -> Path:
     fd, tmp_name = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=directory)
     tmp = Path(tmp_name)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it private; a checkpoint is as readable as the dir
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
             f.flush()
@@ -118,3 +119,25 @@ def save(ctx: JobContext) -> Path | None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier(group=ctx.cpu_group)
     return path
+
+
+class Tracked:
+    """Checkpoint adapter for anything with ``state_dict``/``load_state_dict`` (model, optimizer,
+    LR scheduler, GradScaler) in scripts that do not use AdaptiveDataParallel."""
+
+    def __init__(self, name: str, obj: Any) -> None:
+        self.name = name
+        self.obj = obj
+
+    def state_dict(self) -> Any:
+        return self.obj.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        self.obj.load_state_dict(state)
+
+
+def track(name: str, obj: Any) -> bool:
+    """Include ``obj`` in every checkpoint under ``name``; True if it was just restored."""
+    from adl.client_lib.env import context
+
+    return context().register(Tracked(name, obj))
