@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -20,7 +20,6 @@ from adl import __version__
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.pods import matches_selector
 
-T = TypeVar("T")
 MERGE = "application/merge-patch+json"
 
 USER_AGENT = f"adl-operator/{__version__}"
@@ -46,20 +45,6 @@ def api_client() -> client.ApiClient:
     except config.ConfigException:
         config.load_kube_config()
     return client.ApiClient()
-
-
-def retry_on_conflict(fn: Callable[[], T], attempts: int = 5) -> T:
-    """Run ``fn`` (which must re-read what it writes) again when it hits a conflict."""
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except Conflict:
-            if attempt == attempts - 1:
-                raise
-        except ApiException as exc:
-            if exc.status != 409 or attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
 
 
 def _plain(obj: Any, api: client.ApiClient) -> Any:

@@ -7,42 +7,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from adl.operator.store import Conflict, KubeStore, retry_on_conflict
-
-
-def test_conflicts_are_retried_with_a_fresh_read() -> None:
-    state = {"rv": 1, "value": 0}
-    attempts: list[int] = []
-
-    def update() -> int:
-        seen = state["rv"]
-        attempts.append(seen)
-        if len(attempts) < 3:  # someone else writes in between: our write must be rejected
-            state["rv"] += 1
-            raise ApiException(status=409, reason="Conflict")
-        state["value"] += 1
-        return seen
-
-    assert retry_on_conflict(update) == 3
-    assert attempts == [1, 2, 3] and state["value"] == 1
-
-
-def test_conflict_retries_are_bounded_and_other_errors_pass_through() -> None:
-    def always() -> None:
-        raise Conflict("busy")
-
-    with pytest.raises(Conflict):
-        retry_on_conflict(always, attempts=3)
-
-    calls = []
-
-    def forbidden() -> None:
-        calls.append(1)
-        raise ApiException(status=403, reason="Forbidden")
-
-    with pytest.raises(ApiException):
-        retry_on_conflict(forbidden)
-    assert calls == [1]
+from adl.operator.store import Conflict, KubeStore
 
 
 class FakeCustom:
