@@ -1,1 +1,7 @@
 """Published baseline policies behind the same interface as adl.sched.policy."""
+
+from adl.sched.baselines.fifo import FifoPolicy
+from adl.sched.baselines.optimus import OptimusOraclePolicy
+from adl.sched.baselines.tiresias import TiresiasPolicy
+
+__all__ = ["FifoPolicy", "OptimusOraclePolicy", "TiresiasPolicy"]

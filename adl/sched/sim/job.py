@@ -1,0 +1,277 @@
+"""One simulated training job: true progress from the traces, and what the job itself learns.
+
+The job's *true* speed comes from the measured traces. Separately, like the real in-job library,
+an adaptive job keeps a profile of the step times it has actually run, fits the throughput model
+to it and picks its batch size for goodput from that model and its current gradient statistics.
+The policy only ever sees the job's own model (see :meth:`SimJob.job_info`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from adl.sched.goodput import (
+    BatchBounds,
+    GoodputFunction,
+    GradParams,
+    Observations,
+    PerfParams,
+    fit_perf_params,
+)
+from adl.sched.sim.batching import BatchConfig, split_batch
+from adl.sched.sim.traces import AppTrace
+from adl.sched.sim.workload import WorkloadJob
+from adl.sched.speedup import SpeedupFunction
+from adl.sched.types import JobInfo, SpeedupFn, linear_speedup
+
+#: seconds of no progress after every (re)start, the first start included
+RESTART_DELAY_S = 30
+#: the most replicas any job is offered (the cluster size of the published runs)
+MAX_REPLICAS = 64
+#: applications whose adaptive runs keep a fixed batch on a single GPU (traces README)
+FIXED_ADAPTIVE_BATCH: dict[str, int] = {"ncf": 32768}
+
+
+class JobMode(StrEnum):
+    """How a job chooses its batch size and replica count."""
+
+    ADAPTIVE = "adaptive"  # batch re-picked for goodput; any replica count the policy gives
+    FIXED_BATCH = "fixed_batch"  # the workload's batch size; replica count from the policy
+    FIXED = "fixed"  # the workload's batch size and replica count (all or nothing)
+
+
+@dataclass(eq=False)
+class SimJob:
+    """State and physics of one job inside the simulator."""
+
+    spec: WorkloadJob
+    app: AppTrace
+    mode: JobMode
+    order: int
+    placement: tuple[int, ...] = ()
+    batch: BatchConfig = field(default_factory=lambda: BatchConfig(0, 0))
+    rescale_left: int = 0
+    progress: float = 0.0
+    epoch: int = 0
+    completion_time: int | None = None
+    attained_service: float = 0.0
+    restarts: int | None = None  # None until the first start
+    #: (nodes, replicas, micro-batch) -> (step_time, sync_time) the job has measured
+    profile: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
+    grad: GradParams | None = None
+    _perf: PerfParams | None = None
+    _perf_stale: bool = False
+    _speedup: SpeedupFn | None = None
+    _speedup_key: tuple[object, ...] | None = None
+
+    # ------------------------------------------------------------------ configuration
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def target_batch(self) -> int | None:
+        """The fixed global batch this job runs at, or None when it adapts."""
+        if self.mode is JobMode.ADAPTIVE:
+            return FIXED_ADAPTIVE_BATCH.get(self.app.name)
+        return self.spec.batch_size
+
+    @property
+    def max_replicas(self) -> int:
+        """The most replicas this job can use: enough that each GPU gets a minimal micro-batch."""
+        app = self.app
+        if app.name in FIXED_ADAPTIVE_BATCH:
+            return 1
+        if self.mode is JobMode.FIXED:
+            return self.spec.num_replicas
+        batch = self.target_batch or app.max_batch_size
+        return max(1, min(MAX_REPLICAS, batch // app.min_local_bsz))
+
+    @property
+    def bounds(self) -> BatchBounds:
+        app = self.app
+        return BatchBounds(
+            init_batch_size=app.init_batch_size,
+            max_batch_size=app.max_batch_size,
+            local_bsz_bounds=(app.min_local_bsz, app.max_local_bsz),
+            gradient_accumulation=True,
+        )
+
+    @property
+    def max_profiled_replicas(self) -> int:
+        return max((key[1] for key in self.profile), default=0)
+
+    @property
+    def done(self) -> bool:
+        return self.completion_time is not None
+
+    @property
+    def replicas(self) -> int:
+        return sum(self.placement)
+
+    # ------------------------------------------------------------------ the job's own model
+
+    @property
+    def perf(self) -> PerfParams | None:
+        """Throughput model fitted to the job's own profile (refitted lazily when it grew)."""
+        if self._perf_stale:
+            rows = [(n, k, m, st - sy, st) for (n, k, m), (st, sy) in self.profile.items()]
+            self._perf = fit_perf_params(Observations.from_rows(rows), initial=self._perf)
+            self._perf_stale = False
+        return self._perf
+
+    def goodput_fn(self) -> GoodputFunction | None:
+        perf = self.perf
+        if perf is None or self.grad is None:
+            return None
+        return GoodputFunction(perf, self.grad, self.bounds)
+
+    def speedup_fn(self) -> SpeedupFn:
+        """The speedup the job would report; the same object while its model is unchanged."""
+        key = (self.perf, self.grad)
+        if self._speedup is None or key != self._speedup_key:
+            fn = self.goodput_fn()
+            self._speedup = linear_speedup if fn is None else SpeedupFunction(fn)
+            self._speedup_key = key
+        return self._speedup
+
+    def remaining_s(self) -> float | None:
+        """Seconds left on one GPU at its best batch, from the job's own model and its declared
+        epochs; None before the job has a model."""
+        fn = self.speedup_fn()
+        if not isinstance(fn, SpeedupFunction) or fn.base_goodput <= 0:
+            return None
+        return max(self.app.total_progress - self.progress, 0.0) / fn.base_goodput
+
+    def job_info(self, now: int, *, hide_remaining: bool = False) -> JobInfo:
+        """What a real job could report to the scheduler (no trace knowledge)."""
+        # Only adaptive jobs run the model-fitting library; baselines' jobs report no model.
+        adaptive = self.mode is JobMode.ADAPTIVE
+        return JobInfo(
+            name=self.name,
+            speedup=self.speedup_fn() if adaptive else linear_speedup,
+            min_replicas=0,
+            max_replicas=self.max_replicas,
+            age_s=float(now - self.spec.submit_time),
+            restarts=self.restarts or 0,
+            restart_cost_s=float(RESTART_DELAY_S),
+            attained_service_s=float(self.attained_service),
+            remaining_s=self.remaining_s() if adaptive and not hide_remaining else None,
+            max_profiled_replicas=self.max_profiled_replicas,
+            preemptible=True,
+            submit_order=self.order,
+        )
+
+    # ------------------------------------------------------------------ batch choice
+
+    def pick_batch(self) -> None:
+        """Choose micro-batch and accumulation for the current placement."""
+        k = self.replicas
+        if k == 0:
+            self.batch = BatchConfig(0, 0)
+            return
+        app = self.app
+        target = self.target_batch
+        fn = self.goodput_fn() if target is None else None
+        if fn is not None:
+            choice = fn.optimize(len(self.placement), k)
+            if float(choice.goodput[0]) > 0:
+                self.batch = BatchConfig(int(choice.local_bsz[0]), int(choice.accum_steps[0]))
+                return
+        if target is None:  # no model yet: assume linear scaling, smallest allowed batch
+            target = max(app.init_batch_size, app.min_local_bsz * k)
+        self.batch = split_batch(
+            target,
+            k,
+            max_local_bsz=app.max_local_bsz,
+            init_batch_size=app.init_batch_size,
+            max_batch_size=app.max_batch_size,
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def reallocate(self, placement: tuple[int, ...]) -> None:
+        """Apply a changed allocation: a (re)start with its delay, or a wait with no GPUs."""
+        self.placement = tuple(x for x in placement if x)
+        if not self.placement:
+            self.batch = BatchConfig(0, 0)
+            return
+        self.pick_batch()
+        self.rescale_left = RESTART_DELAY_S
+        self.restarts = 0 if self.restarts is None else self.restarts + 1
+
+    def advance(self, now: int, seconds: int) -> None:
+        """Run from ``now`` for ``seconds``; epochs and completion are accounted to the second."""
+        if not self.placement or self.done:
+            return
+        gpus = self.replicas
+        delay = int(min(self.rescale_left, seconds))
+        self.rescale_left -= delay
+        self.attained_service += delay * gpus
+        t = now + delay
+        left = seconds - delay
+        app = self.app
+        while left > 0 and not self.done:
+            rate = self._true_rate()
+            target = app.progress_at(self.epoch + 1)
+            if self.progress + rate * left < target:
+                self.progress += rate * left
+                self.attained_service += left * gpus
+                t += left
+                left = 0
+            else:
+                dt = round(float((target - self.progress) / rate))
+                self.epoch += 1
+                self.progress = target
+                self.attained_service += dt * gpus
+                t += dt
+                left -= dt
+                if self.epoch >= app.max_epochs:
+                    self.completion_time = t
+                elif self.mode is JobMode.ADAPTIVE:
+                    self.pick_batch()  # epoch boundary: new gradient statistics
+            if self.mode is JobMode.ADAPTIVE and self._perf_stale and not self.done:
+                self.pick_batch()  # first measurement of a configuration: refit, re-pick
+
+    def _true_rate(self) -> float:
+        """Scale-invariant iterations per second at the current configuration (trace truth);
+        records what the job measures along the way."""
+        app = self.app
+        n, k = len(self.placement), self.replicas
+        m, s = self.batch
+        batch = k * m * (s + 1)
+        step, sync = app.step_sync_time(self.placement, m)
+        sqr, var = app.grad_stats(batch, self.epoch)
+        scale = batch / app.init_batch_size
+        denom = var / scale + sqr
+        gain = (var + sqr) / denom if denom > 0 else 1.0
+        self.grad = GradParams(sqr, var)
+        key = (n, k, m)
+        if key not in self.profile:
+            self.profile[key] = (step, sync)
+            self._perf_stale = True
+        return float(gain / (step + s * (step - sync)))
+
+
+def placement_of(nodes: list[str]) -> tuple[int, ...]:
+    """GPUs per node, nodes in order of first appearance in the allocation."""
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node] = counts.get(node, 0) + 1
+    return tuple(counts.values())
+
+
+def same_allocation(a: list[str] | None, b: list[str] | None) -> bool:
+    """Equal as multisets of nodes (replica order within a job does not matter)."""
+    return sorted(a or []) == sorted(b or [])
+
+
+__all__ = [
+    "RESTART_DELAY_S",
+    "JobMode",
+    "SimJob",
+    "placement_of",
+    "same_allocation",
+]

@@ -1,0 +1,48 @@
+"""Summary figures of a replay (the fields ``adl simulate --json`` writes per workload)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from adl.sched.sim.simulator import SimResult
+
+
+def summarize(result: SimResult) -> dict[str, Any]:
+    """avg/p99 JCT, makespan (first submission to last completion), restarts per job, and the
+    policy's per-round latency (p50/p95, milliseconds)."""
+    done = [j for j in result.jobs if j.jct_s is not None]
+    jcts = np.array([j.jct_s for j in done], dtype=np.float64)
+    rounds_ms = np.array(result.round_s, dtype=np.float64) * 1e3
+    first_submit = min((j.submit_s for j in result.jobs), default=0)
+    last_done = max((j.completion_s or 0 for j in done), default=first_submit)
+    return {
+        "avg_jct_s": float(jcts.mean()) if len(jcts) else None,
+        "p99_jct_s": float(np.percentile(jcts, 99)) if len(jcts) else None,
+        "makespan_s": float(last_done - first_submit),
+        "restarts_per_job": (
+            float(np.mean([j.restarts for j in result.jobs])) if result.jobs else 0.0
+        ),
+        "round_ms_p50": float(np.percentile(rounds_ms, 50)) if len(rounds_ms) else 0.0,
+        "round_ms_p95": float(np.percentile(rounds_ms, 95)) if len(rounds_ms) else 0.0,
+        "jobs": len(result.jobs),
+        "finished": len(done),
+        "rounds": len(result.round_s),
+    }
+
+
+def per_job(result: SimResult) -> list[dict[str, Any]]:
+    """One record per job, for detailed JSON output."""
+    return [
+        {
+            "name": j.name,
+            "application": j.application,
+            "submit_s": j.submit_s,
+            "completion_s": j.completion_s,
+            "jct_s": j.jct_s,
+            "restarts": j.restarts,
+            "gpu_seconds": j.gpu_seconds,
+        }
+        for j in result.jobs
+    ]

@@ -1,0 +1,246 @@
+"""The trace-driven cluster simulator: drives any :class:`~adl.sched.types.Policy` round by round.
+
+Semantics (traces README): 16 nodes x 4 GPUs, a scheduling round every 60 s. At the end of each
+round the policy sees every submitted, unfinished job (only what a real job could report) and
+returns an allocation; a job whose allocation changed restarts (30 s without progress, the
+first start included), a job left without GPUs waits. JCT = completion - submission.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from adl.sched.sim.job import JobMode, SimJob, placement_of, same_allocation
+from adl.sched.sim.traces import AppTrace, load_traces
+from adl.sched.sim.workload import WorkloadJob, load_workload
+from adl.sched.types import Allocation, NodeInfo, Policy
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Cluster shape and driver options."""
+
+    num_nodes: int = 16
+    gpus_per_node: int = 4
+    round_s: int = 60
+    #: report ``remaining_s = None`` for every job (policies must cope without job lengths)
+    hide_remaining: bool = False
+    #: give up (raise) if the workload is not finished by then: a policy that starves jobs
+    max_time_s: int = 60 * 86400
+
+
+class SimulatorOracle:
+    """Trace knowledge no real scheduler has, handed explicitly to oracle baselines only.
+
+    A policy that wants it defines ``bind_oracle(oracle)``; the simulator calls it once before
+    the first round. Nothing here ever reaches a policy through :class:`JobInfo`.
+    """
+
+    def __init__(self, jobs: Mapping[str, SimJob], gpus_per_node: int) -> None:
+        self._jobs = jobs
+        self.gpus_per_node = gpus_per_node
+
+    def app(self, name: str) -> AppTrace:
+        return self._jobs[name].app
+
+    def batch_size(self, name: str) -> int:
+        """The global batch the job runs at (its fixed workload batch, else B0)."""
+        job = self._jobs[name]
+        return job.target_batch or job.app.init_batch_size
+
+    def remaining_steps(self, name: str) -> float:
+        """Exact optimizer steps left at the job's batch size, from the validation traces.
+
+        Counted, as in the published Optimus+Oracle runs, from the end of the epoch in
+        progress to the end of the last epoch (at least 1 while the job runs)."""
+        job = self._jobs[name]
+        app, b = job.app, self.batch_size(name)
+        if job.epoch + 1 >= app.max_epochs:
+            return 1.0
+        return app.iterations_after(b, app.max_epochs) - app.iterations_after(b, job.epoch + 1)
+
+    def step_time(self, name: str, replicas: int) -> float:
+        """True seconds per optimizer step at ``replicas`` GPUs packed ``gpus_per_node`` per node,
+        with the job's batch split over them (accumulating when a GPU's share is too big)."""
+        from adl.sched.sim.batching import split_batch
+
+        job = self._jobs[name]
+        app = job.app
+        per = self.gpus_per_node
+        placement = tuple([per] * (replicas // per) + ([replicas % per] if replicas % per else []))
+        m, s = split_batch(
+            self.batch_size(name),
+            replicas,
+            max_local_bsz=app.max_local_bsz,
+            init_batch_size=app.init_batch_size,
+            max_batch_size=app.max_batch_size,
+        )
+        step, sync = app.step_sync_time(placement, m)
+        return step + s * (step - sync)
+
+
+@runtime_checkable
+class OracleAware(Protocol):
+    """A baseline that is given trace knowledge (Optimus+Oracle)."""
+
+    def bind_oracle(self, oracle: SimulatorOracle) -> None: ...
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    name: str
+    application: str
+    submit_s: int
+    completion_s: int | None
+    restarts: int
+    gpu_seconds: float
+
+    @property
+    def jct_s(self) -> int | None:
+        return None if self.completion_s is None else self.completion_s - self.submit_s
+
+
+@dataclass
+class SimResult:
+    """Outcome of one replay: per-job records, policy latency, and the schedule over time."""
+
+    jobs: list[JobRecord]
+    round_s: list[float] = field(default_factory=list)  # wall seconds of each optimize call
+    #: (time, {job: GPUs}) after each round's allocation
+    timeline: list[tuple[int, dict[str, int]]] = field(default_factory=list)
+    total_gpus: int = 0
+
+
+ProgressFn = Callable[[int, int, int], None]  # (sim time, finished jobs, total jobs)
+
+
+def job_mode_of(policy: Policy) -> JobMode:
+    """Baselines declare how their jobs behave; anything else drives adaptive jobs."""
+    return JobMode(getattr(policy, "job_mode", JobMode.ADAPTIVE))
+
+
+class Simulator:
+    """Replays one workload under one policy."""
+
+    def __init__(
+        self,
+        workload: Sequence[WorkloadJob],
+        policy: Policy,
+        traces: Mapping[str, AppTrace],
+        config: SimConfig | None = None,
+    ) -> None:
+        self.config = config or SimConfig()
+        self.policy = policy
+        mode = job_mode_of(policy)
+        missing = sorted({w.application for w in workload} - set(traces))
+        if missing:
+            raise ValueError(f"no traces for applications: {', '.join(missing)}")
+        self.jobs = [
+            SimJob(spec=w, app=traces[w.application], mode=mode, order=i)
+            for i, w in enumerate(workload)
+        ]
+        self.by_name = {j.name: j for j in self.jobs}
+        c = self.config
+        self.nodes = [
+            NodeInfo(name=f"node-{i:02d}", gpus=c.gpus_per_node) for i in range(c.num_nodes)
+        ]
+        self._capacity = {n.name: n.gpus for n in self.nodes}
+        self.allocation: Allocation = {}
+        self.now = 0
+        if isinstance(policy, OracleAware):
+            policy.bind_oracle(SimulatorOracle(self.by_name, c.gpus_per_node))
+
+    def active(self) -> list[SimJob]:
+        return [j for j in self.jobs if j.spec.submit_time <= self.now and not j.done]
+
+    def step(self) -> float | None:
+        """Advance one round and reschedule; returns the policy's wall seconds (None if idle)."""
+        c = self.config
+        for job in self.jobs:
+            job.advance(self.now, c.round_s)
+        self.now += c.round_s
+        active = self.active()
+        if not active:
+            self.allocation = {}
+            return None
+        infos = [j.job_info(self.now, hide_remaining=c.hide_remaining) for j in active]
+        previous = {
+            j.name: list(self.allocation[j.name]) for j in active if j.name in self.allocation
+        }
+        t0 = time.perf_counter()
+        proposed = self.policy.optimize(infos, self.nodes, previous)
+        elapsed = time.perf_counter() - t0
+        new = self._validated(proposed, {j.name for j in active})
+        for job in active:
+            if not same_allocation(new.get(job.name), self.allocation.get(job.name)):
+                job.reallocate(placement_of(new.get(job.name, [])))
+        self.allocation = new
+        return elapsed
+
+    def _validated(self, proposed: Mapping[str, list[str]], active: set[str]) -> Allocation:
+        out: Allocation = {}
+        used: Counter[str] = Counter()
+        for name, nodes in proposed.items():
+            if not nodes:
+                continue
+            if name not in active:
+                raise ValueError(f"policy allocated GPUs to unknown or finished job {name!r}")
+            unknown = [n for n in nodes if n not in self._capacity]
+            if unknown:
+                raise ValueError(f"policy used unknown nodes {unknown} for {name!r}")
+            used.update(nodes)
+            out[name] = list(nodes)
+        over = {n: k for n, k in used.items() if k > self._capacity[n]}
+        if over:
+            raise ValueError(f"policy over-allocated nodes: {over}")
+        return out
+
+    def run(self, progress: ProgressFn | None = None) -> SimResult:
+        """Run until every job has finished."""
+        c = self.config
+        result = SimResult(jobs=[], total_gpus=sum(self._capacity.values()))
+        total = len(self.jobs)
+        while not all(j.done for j in self.jobs):
+            if self.now >= c.max_time_s:
+                raise RuntimeError(
+                    f"workload not finished after {c.max_time_s} s of simulated time"
+                )
+            elapsed = self.step()
+            if elapsed is not None:
+                result.round_s.append(elapsed)
+            result.timeline.append(
+                (self.now, {name: len(nodes) for name, nodes in self.allocation.items()})
+            )
+            if progress is not None:
+                progress(self.now, sum(j.done for j in self.jobs), total)
+        result.jobs = [
+            JobRecord(
+                name=j.name,
+                application=j.app.name,
+                submit_s=j.spec.submit_time,
+                completion_s=j.completion_time,
+                restarts=j.restarts or 0,
+                gpu_seconds=j.attained_service,
+            )
+            for j in self.jobs
+        ]
+        return result
+
+
+def simulate(
+    workload: Path | str | Sequence[WorkloadJob],
+    policy: Policy,
+    *,
+    traces: Path | str | Mapping[str, AppTrace] | None = None,
+    config: SimConfig | None = None,
+    progress: ProgressFn | None = None,
+) -> SimResult:
+    """Convenience wrapper: load what is needed and replay ``workload`` under ``policy``."""
+    jobs = load_workload(workload) if isinstance(workload, Path | str) else list(workload)
+    apps = traces if isinstance(traces, Mapping) else load_traces(traces)
+    return Simulator(jobs, policy, apps, config).run(progress)

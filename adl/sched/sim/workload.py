@@ -1,0 +1,57 @@
+"""Workload files: one row per job submitted to the simulated cluster."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class WorkloadJob:
+    """A job as the workload generator wrote it.
+
+    ``num_replicas`` and ``batch_size`` are hand-tuned static settings, used only by the
+    non-adaptive baselines; an adaptive job ignores them.
+    """
+
+    name: str
+    submit_time: int
+    application: str
+    num_replicas: int
+    batch_size: int
+
+
+def load_workload(path: Path | str) -> list[WorkloadJob]:
+    """Parse ``name,time,application,num_replicas,batch_size``, sorted by submission time."""
+    with Path(path).open(newline="") as f:
+        jobs = [
+            WorkloadJob(
+                name=row["name"],
+                submit_time=int(float(row["time"])),
+                application=row["application"],
+                num_replicas=int(row["num_replicas"]),
+                batch_size=int(row["batch_size"]),
+            )
+            for row in csv.DictReader(f)
+        ]
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{path}: duplicate job names")
+    return sorted(jobs, key=lambda j: j.submit_time)  # stable: file order breaks ties
+
+
+def workload_paths(target: Path | str) -> list[Path]:
+    """A single CSV, or every ``workload-*.csv`` in a directory (natural order)."""
+    p = Path(target)
+    if p.is_dir():
+        found = sorted(
+            p.glob("workload-*.csv"),
+            key=lambda q: (len(q.stem), q.stem),
+        )
+        if not found:
+            raise FileNotFoundError(f"no workload-*.csv in {p}")
+        return found
+    if not p.exists():
+        raise FileNotFoundError(f"workload not found: {p}")
+    return [p]
