@@ -4,8 +4,10 @@ Same model (an MLP of a few million parameters), same data, same optimizer, same
 processes. Both variants live side by side and are timed in short alternating chunks (ABBA...)
 so that changes in the machine's load hit both alike; a repeat's step time per variant is the
 median over its chunks, its overhead the median over adjacent chunk pairs of
-``100 * (t_adp / t_ddp - 1)``, and the headline ``overhead_pct`` the median over repeats. ADP does everything it does in training: comm-hook capture of
-the local gradient, batched norms, noise-estimate update, LR scaling, step profiling.
+``100 * (t_adp / t_ddp - 1)``, and the headline ``overhead_pct`` the median over repeats.
+ADP does everything it does in training: comm-hook capture of the local gradient, batched
+norms, noise-estimate update, LR scaling, step profiling. On a GPU machine with one GPU use
+``--nproc 1``: ADP then takes its single-replica path (two consecutive steps).
 
     .venv/bin/python benchmarks/client_overhead.py [--repeats 7] [--json out.json]
     python benchmarks/client_overhead.py --device cuda --backend nccl --nproc 1   # GPU machine
@@ -67,19 +69,25 @@ class Variant:
         self.opt.step()
         self.i += 1
 
-    def timed_chunk(self, steps: int) -> float:
-        """Seconds per step over ``steps`` steps, as seen by the slowest rank."""
+    def timed_chunk(self, steps: int) -> tuple[float, float]:
+        """(wall, this process's CPU) seconds per step over ``steps`` steps.
+
+        Wall time is the slowest rank's. CPU time is a second view that load from other
+        processes on the machine disturbs much less (waiting in the all-reduce costs none).
+        """
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(steps):
             self.step()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
+        cpu = time.process_time() - cpu_start
         elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        elapsed = elapsed.to(self.device)  # nccl reduces device tensors only
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        return float(elapsed.item()) / steps
+        return float(elapsed.item()) / steps, cpu / steps
 
 
 def _worker(rank: int, args: argparse.Namespace, store: str, out: str) -> None:
@@ -100,16 +108,16 @@ def _worker(rank: int, args: argparse.Namespace, store: str, out: str) -> None:
         rows = []
         for _ in range(args.repeats):
             # Short alternating chunks: load changes on the machine hit both variants alike.
-            chunks: dict[str, list[float]] = {"ddp": [], "adp": []}
+            chunks: dict[str, list[tuple[float, float]]] = {"ddp": [], "adp": []}
             for c in range(args.chunks):
                 order = ("ddp", "adp") if c % 2 == 0 else ("adp", "ddp")
                 for kind in order:
                     chunks[kind].append(variants[kind].timed_chunk(args.chunk_steps))
-            row = {kind: statistics.median(ts) for kind, ts in chunks.items()}
+            pairs = list(zip(chunks["adp"], chunks["ddp"], strict=True))
+            row = {kind: statistics.median(t[0] for t in ts) for kind, ts in chunks.items()}
             # Adjacent chunks ran under nearly the same load: their ratio is the fair comparison.
-            row["ratio"] = statistics.median(
-                a / d for a, d in zip(chunks["adp"], chunks["ddp"], strict=True)
-            )
+            row["ratio"] = statistics.median(a[0] / d[0] for a, d in pairs)
+            row["cpu_ratio"] = statistics.median(a[1] / d[1] for a, d in pairs)
             rows.append(row)
         if rank == 0:
             Path(out).write_text(json.dumps(rows))
@@ -119,10 +127,13 @@ def _worker(rank: int, args: argparse.Namespace, store: str, out: str) -> None:
 
 def summarize(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[str, Any]:
     overheads = [100.0 * (r["ratio"] - 1.0) for r in rows]
+    cpu_overheads = [100.0 * (r["cpu_ratio"] - 1.0) for r in rows]
     model = build_model(args.width, args.depth)
     return {
         "overhead_pct": statistics.median(overheads),
         "overhead_pct_per_repeat": overheads,
+        "cpu_overhead_pct": statistics.median(cpu_overheads),
+        "cpu_overhead_pct_per_repeat": cpu_overheads,
         "ddp_step_ms_median": 1e3 * statistics.median(r["ddp"] for r in rows),
         "adp_step_ms_median": 1e3 * statistics.median(r["adp"] for r in rows),
         "ddp_step_ms": [1e3 * r["ddp"] for r in rows],
@@ -145,17 +156,19 @@ def print_table(result: dict[str, Any]) -> None:
         f"MLP {result['params'] / 1e6:.2f}M params, batch {cfg['batch']}/replica, "
         f"{cfg['repeats']} repeats x {cfg['chunks']} chunks x {cfg['chunk_steps']} steps"
     )
-    print(f"{'repeat':>6} | {'DDP ms/step':>11} | {'ADP ms/step':>11} | {'overhead %':>10}")
-    print("-" * 48)
-    for i, (d, a, o) in enumerate(
+    head = f"{'repeat':>6} | {'DDP ms/step':>11} | {'ADP ms/step':>11} | {'overhead %':>10}"
+    print(head + f" | {'CPU-time overhead %':>19}")
+    print("-" * 70)
+    for i, (d, a, o, c) in enumerate(
         zip(result["ddp_step_ms"], result["adp_step_ms"], result["overhead_pct_per_repeat"],
-            strict=True)
+            result["cpu_overhead_pct_per_repeat"], strict=True)
     ):
-        print(f"{i:>6} | {d:>11.2f} | {a:>11.2f} | {o:>10.2f}")
-    print("-" * 48)
+        print(f"{i:>6} | {d:>11.2f} | {a:>11.2f} | {o:>10.2f} | {c:>19.2f}")
+    print("-" * 70)
     print(
         f"{'median':>6} | {result['ddp_step_ms_median']:>11.2f} | "
-        f"{result['adp_step_ms_median']:>11.2f} | {result['overhead_pct']:>10.2f}"
+        f"{result['adp_step_ms_median']:>11.2f} | {result['overhead_pct']:>10.2f} | "
+        f"{result['cpu_overhead_pct']:>19.2f}"
     )
 
 

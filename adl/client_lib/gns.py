@@ -109,6 +109,7 @@ class GradientNoiseEstimator:
         self._prev: list[Tensor] | None = None
         self._prev_sq: Tensor | None = None
         self._prev_bsz: float | None = None
+        self._owns_prev = False  # whether _prev is our own copy (else the old .grad tensors)
         self.updates = 0
 
     # ------------------------------------------------------------------ device-side updates
@@ -128,23 +129,39 @@ class GradientNoiseEstimator:
     def observe_consecutive(
         self, grads: Sequence[Tensor], group_index: Tensor | None, batch_size: float
     ) -> None:
-        """Single-micro-gradient path: pair this step's gradient with the previous one."""
+        """Single-micro-gradient path: pair this step's gradient with the previous one.
+
+        The previous gradient is kept without a copy when the training loop drops its gradient
+        tensors between steps (``zero_grad(set_to_none=True)``, the default): the old tensors
+        then belong to the estimator alone and are summed into in place. If the same tensors
+        come back (gradients zeroed in place), the estimator switches to keeping its own copy.
+        """
+        grads = list(grads)
         cur_sq = grouped_sq_norms(grads, group_index, self.groups)
         prev = self._prev
-        if (
+        paired = (
             prev is not None
             and self._prev_sq is not None
             and self._prev_bsz == batch_size
             and len(prev) == len(grads)
-        ):
-            # In place: fresh gradient-sized buffers every step cost more than the arithmetic.
-            torch._foreach_add_(prev, list(grads))
-            mean_sq = grouped_sq_norms(prev, group_index, self.groups) / 4.0
-            local_sq = (cur_sq + self._prev_sq) / 2.0
-            self.update(local_sq, batch_size, mean_sq, 2.0 * batch_size)
-            torch._foreach_copy_(prev, list(grads))
+        )
+        if paired and prev is not None and self._prev_sq is not None:
+            reused = not self._owns_prev and any(a is b for a, b in zip(prev, grads, strict=True))
+            if reused:  # our reference was zeroed and refilled: the old gradient is gone
+                self._owns_prev = True
+                paired = False  # and the buffer is the live gradient: take a copy below
+            else:
+                torch._foreach_add_(prev, grads)  # in place: no gradient-sized allocation
+                mean_sq = grouped_sq_norms(prev, group_index, self.groups) / 4.0
+                local_sq = (cur_sq + self._prev_sq) / 2.0
+                self.update(local_sq, batch_size, mean_sq, 2.0 * batch_size)
+        if self._owns_prev:
+            if paired and prev is not None:
+                torch._foreach_copy_(prev, grads)
+            else:
+                self._prev = [g.detach().clone() for g in grads]
         else:
-            self._prev = [g.detach().clone() for g in grads]
+            self._prev = grads  # the same tensor objects, so reuse can be detected next time
         self._prev_sq = cur_sq
         self._prev_bsz = float(batch_size)
 

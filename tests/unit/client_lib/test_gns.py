@@ -57,19 +57,30 @@ def test_multi_replica_path_is_unbiased() -> None:
     assert tr.mean().item() == pytest.approx(TR, rel=0.05)
 
 
-def test_single_replica_consecutive_steps_are_unbiased() -> None:
-    """The estimator's own two-consecutive-steps path, fed independent step gradients."""
+@pytest.mark.parametrize("in_place", [False, True])
+def test_single_replica_consecutive_steps_are_unbiased(in_place: bool) -> None:
+    """The estimator's own two-consecutive-steps path, fed independent step gradients.
+
+    ``in_place`` mimics ``zero_grad(set_to_none=False)``: the same gradient tensors come back
+    every step, so the estimator must notice and keep its own copy of the previous one.
+    """
     gen = torch.Generator().manual_seed(2)
     g = _true_gradient(gen)
     batch, steps = 16, 3000
     # Memory long enough that the average covers (almost) every step equally.
     est = GradientNoiseEstimator(memory_samples=batch * steps * 50.0)
+    held = [torch.zeros(600), torch.zeros(DIM - 600)]
     for grad in _noisy(g, batch, (steps,), gen):
-        est.observe_consecutive([grad[:600], grad[600:]], None, batch)
+        if in_place:
+            held[0].copy_(grad[:600])
+            held[1].copy_(grad[600:])
+            est.observe_consecutive(held, None, batch)
+        else:
+            est.observe_consecutive([grad[:600].clone(), grad[600:].clone()], None, batch)
     est.publish()
     got = est.sqr_tr()
     assert got is not None
-    assert est.updates == steps - 1
+    assert est.updates == (steps - 2 if in_place else steps - 1)
     assert got[0][0] == pytest.approx(SQR, rel=0.05)
     assert got[1][0] == pytest.approx(TR, rel=0.05)
 
