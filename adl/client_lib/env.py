@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from adl.client_lib.preemption import PreemptionMonitor
 log = logging.getLogger(__name__)
 
 _DEFAULT_TIMEOUT_S = 600.0
+_EXIT_DRAIN_S = 10.0  # a peer that already died must not hold this process at exit
 
 
 def _int(environ: Mapping[str, str], key: str, default: int) -> int:
@@ -122,6 +124,10 @@ def init_process_group(
     ctx.preemption = PreemptionMonitor.from_env(env, group=stop_group, environ=e)
     ctx.preemption.install()
     set_context(ctx)
+    if not env.standalone:
+        # Scripts rarely tear the group down themselves; leaving an asynchronous stop-flag
+        # reduction pending at interpreter exit makes gloo abort the process (SIGABRT).
+        atexit.register(shutdown)
     return ctx
 
 
@@ -136,6 +142,7 @@ def shutdown() -> None:
         return
     ctx = get_context()
     if ctx.preemption is not None:
+        ctx.preemption.drain(timeout_s=_EXIT_DRAIN_S)
         ctx.preemption.uninstall()
     if dist.is_initialized():
         dist.destroy_process_group()

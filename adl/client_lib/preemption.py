@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -130,9 +131,12 @@ class PreemptionMonitor:
 
     # ------------------------------------------------------------------ agreement
 
-    def _resolve(self) -> None:
+    def _resolve(self, timeout_s: float | None = None) -> None:
         if self._work is not None:
-            self._work.wait()
+            if timeout_s is None:
+                self._work.wait()
+            else:
+                self._work.wait(timeout=timedelta(seconds=timeout_s))
             assert self._buf is not None
             self._agreed = self._agreed or bool(self._buf.item())
             self._work = None
@@ -151,10 +155,10 @@ class PreemptionMonitor:
             )
         return self._agreed
 
-    def drain(self) -> None:
+    def drain(self, timeout_s: float | None = None) -> None:
         """Finish the outstanding reduction (every rank has issued it, so it completes)."""
         try:
-            self._resolve()
+            self._resolve(timeout_s)
         except Exception:  # the group may already be gone at interpreter exit
             self._work = None
 
