@@ -42,8 +42,11 @@ def load_workload(path: Path | str) -> list[WorkloadJob]:
 
 
 def workload_paths(target: Path | str) -> list[Path]:
-    """A single CSV, or every ``workload-*.csv`` in a directory (natural order)."""
+    """A single CSV, or every ``workload-*.csv`` in a directory (natural order); a traces root
+    whose ``workloads/`` folder holds them is accepted too."""
     p = Path(target)
+    if p.is_dir() and not any(p.glob("workload-*.csv")) and (p / "workloads").is_dir():
+        p = p / "workloads"
     if p.is_dir():
         found = sorted(
             p.glob("workload-*.csv"),

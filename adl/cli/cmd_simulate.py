@@ -1,0 +1,190 @@
+"""``adl simulate``: replay workloads on the trace-driven simulator under one policy.
+
+Bad input (missing workload or traces, unknown policy) ends in one clear line on stderr and
+exit code 2, never a traceback. The progress bar goes to stderr so stdout stays a clean table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from adl.sched.sim.simulator import SimConfig, SimResult
+    from adl.sched.sim.traces import AppTrace
+
+_err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    _err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    return typer.Exit(2)
+
+
+def _hours(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:,.0f} s ({seconds / 3600:.2f} h)"
+
+
+def workload_table(name: str, policy: str, result: SimResult, summary: dict[str, Any]) -> Table:
+    """Per-application breakdown of one replay, with the published figure when there is one."""
+    from adl.sched.sim.published import PUBLISHED_LABEL, published_avg_jct
+
+    table = Table(title=f"{name} under {policy}", title_justify="left")
+    for col in ("application", "jobs", "avg JCT s", "p99 JCT s", "restarts/job", "GPU-h"):
+        table.add_column(col, justify="left" if col == "application" else "right")
+    apps = sorted({j.application for j in result.jobs})
+    groups = [(app, [j for j in result.jobs if j.application == app]) for app in apps]
+    groups.append(("all", list(result.jobs)))
+    import numpy as np
+
+    for app, jobs in groups:
+        jcts = np.array([j.jct_s for j in jobs if j.jct_s is not None], dtype=np.float64)
+        table.add_row(
+            app,
+            str(len(jobs)),
+            f"{jcts.mean():,.0f}" if len(jcts) else "-",
+            f"{np.percentile(jcts, 99):,.0f}" if len(jcts) else "-",
+            f"{np.mean([j.restarts for j in jobs]):.2f}",
+            f"{sum(j.gpu_seconds for j in jobs) / 3600:,.1f}",
+            style="bold" if app == "all" else None,
+        )
+    published = published_avg_jct(name, policy)
+    caption = (
+        f"makespan {_hours(summary['makespan_s'])}; round latency p50 "
+        f"{summary['round_ms_p50']:.2f} ms, p95 {summary['round_ms_p95']:.2f} ms"
+    )
+    if published is not None and summary["avg_jct_s"] is not None:
+        diff = 100.0 * (summary["avg_jct_s"] / published - 1.0)
+        caption += f"; published {PUBLISHED_LABEL[policy]} {published:,.0f} s ({diff:+.1f}%)"
+    table.caption = caption
+    table.caption_justify = "left"
+    return table
+
+
+def replay(
+    path: Path,
+    policy_name: str,
+    seed: int,
+    apps: dict[str, AppTrace],
+    config: SimConfig,
+    console: Console,
+) -> SimResult:
+    """One workload with a progress bar (simulated time and jobs done)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from adl.sched.sim.policies import make_policy
+    from adl.sched.sim.simulator import Simulator
+    from adl.sched.sim.workload import load_workload
+
+    jobs = load_workload(path)
+    sim = Simulator(jobs, make_policy(policy_name, seed), apps, config)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs done, sim time {task.fields[sim]}"),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(path.stem, total=len(jobs), sim="0.0 h")
+
+        def progress(now: int, finished: int, total: int) -> None:
+            bar.update(task, completed=finished, sim=f"{now / 3600:.1f} h")
+
+        return sim.run(progress)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def simulate(
+        target: Annotated[
+            Path,
+            typer.Argument(help="a workload CSV, or a directory of workload-*.csv files"),
+        ],
+        policy: Annotated[
+            str, typer.Option("--policy", "-p", help="adl, tiresias, optimus or fifo")
+        ] = "adl",
+        traces: Annotated[
+            Path | None,
+            typer.Option(
+                "--traces",
+                help="pollux-traces directory (default: $ADL_TRACES, else "
+                "../shared/pollux-traces beside the repository)",
+            ),
+        ] = None,
+        seed: Annotated[int, typer.Option("--seed", help="policy seed")] = 0,
+        json_path: Annotated[
+            Path | None, typer.Option("--json", help="write per-workload figures as JSON")
+        ] = None,
+        plot: Annotated[
+            Path | None, typer.Option("--plot", help="write GPUs per job over time as a PNG")
+        ] = None,
+        hide_remaining: Annotated[
+            bool,
+            typer.Option(
+                "--hide-remaining",
+                help="jobs do not report their remaining work (length-agnostic scheduling)",
+            ),
+        ] = False,
+    ) -> None:
+        """Replay workloads on the trace-driven simulator and report JCT figures."""
+        from adl.sched.sim.metrics import summarize
+        from adl.sched.sim.policies import POLICY_NAMES, uses_oracle
+        from adl.sched.sim.simulator import SimConfig
+        from adl.sched.sim.traces import default_traces_dir, load_traces
+        from adl.sched.sim.workload import workload_paths
+
+        if policy not in POLICY_NAMES:
+            raise _fail(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+        try:
+            paths = workload_paths(target)
+        except FileNotFoundError as err:
+            raise _fail(str(err)) from None
+        traces_dir = traces if traces is not None else default_traces_dir()
+        try:
+            apps = load_traces(traces_dir)
+        except (FileNotFoundError, ValueError) as err:
+            raise _fail(str(err)) from None
+        if hide_remaining and uses_oracle(policy):
+            _err.print("note: optimus is an oracle baseline; --hide-remaining does not apply")
+
+        out = Console()
+        config = SimConfig(hide_remaining=hide_remaining)
+        report: dict[str, Any] = {}
+        plotted: list[tuple[str, SimResult]] = []
+        for path in paths:
+            t0 = time.perf_counter()
+            try:
+                result = replay(path, policy, seed, apps, config, _err)
+            except (KeyError, ValueError) as err:
+                raise _fail(f"{path}: {err}") from None
+            wall = time.perf_counter() - t0
+            summary = summarize(result)
+            summary["wall_s"] = round(wall, 3)
+            report[path.stem] = summary
+            out.print(workload_table(path.stem, policy, result, summary))
+            out.print(f"simulated in {wall:.1f} s\n")
+            if plot is not None:
+                plotted.append((path.stem, result))
+        if json_path is not None:
+            doc = {
+                "policy": policy,
+                "seed": seed,
+                "hide_remaining": hide_remaining,
+                "traces": str(traces_dir),
+                "workloads": report,
+            }
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(doc, indent=2) + "\n")
+            out.print(f"wrote {json_path}")
+        if plot is not None:
+            from adl.sched.sim.plot import plot_schedules
+
+            plot_schedules(plotted, plot, title=f"GPUs per job under {policy}")
+            out.print(f"wrote {plot}")

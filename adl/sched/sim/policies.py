@@ -1,0 +1,35 @@
+"""Policies the simulator can replay by name (CLI and benchmarks share this one table)."""
+
+from __future__ import annotations
+
+from adl.sched.types import Policy
+
+#: names accepted by ``adl simulate --policy`` and ``benchmarks/sched_replay.py --policies``
+POLICY_NAMES: tuple[str, ...] = ("adl", "tiresias", "optimus", "fifo")
+
+
+def make_policy(name: str, seed: int = 0) -> Policy:
+    """A fresh policy instance (policies keep per-run state, so never share one across runs)."""
+    if name == "adl":
+        from adl.sched.policy import AdlPolicy
+
+        return AdlPolicy(seed=seed)
+    if name == "tiresias":
+        from adl.sched.baselines import TiresiasPolicy
+
+        return TiresiasPolicy(seed=seed)
+    if name == "optimus":
+        from adl.sched.baselines import OptimusOraclePolicy
+
+        return OptimusOraclePolicy(seed=seed)
+    if name == "fifo":
+        from adl.sched.baselines import FifoPolicy
+
+        return FifoPolicy(seed=seed)
+    raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+
+
+def uses_oracle(name: str) -> bool:
+    """Optimus+Oracle reads remaining work from the traces by definition (``--hide-remaining``
+    does not apply to it)."""
+    return name == "optimus"
