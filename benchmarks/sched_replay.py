@@ -1,0 +1,207 @@
+"""Replay workloads under several policies: avg/p99 JCT, makespan, restarts, round latency.
+
+Prints one row per (policy, workload) with the published average JCT beside ours for
+workload-1..4 (Pollux for ``adl``, Optimus+Oracle, Tiresias), then per-policy means.
+
+    .venv/bin/python benchmarks/sched_replay.py [--policies adl,tiresias,optimus,fifo]
+        [--workloads 1,2,3,4] [--generated K] [--load 1.0] [--hide-remaining]
+        [--jobs N] [--traces DIR] [--seed 0] [--json PATH]
+
+``--generated K`` adds K workloads from :mod:`adl.sched.sim.generate` (seeds 1..K, jobs the
+policies were never tuned on); ``--jobs N`` runs N replays in parallel processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from adl.sched.sim.generate import generate_workload  # noqa: E402
+from adl.sched.sim.metrics import summarize  # noqa: E402
+from adl.sched.sim.policies import POLICY_NAMES, make_policy, uses_oracle  # noqa: E402
+from adl.sched.sim.published import PUBLISHED_LABEL, published_avg_jct  # noqa: E402
+from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
+from adl.sched.sim.traces import default_traces_dir, load_traces  # noqa: E402
+from adl.sched.sim.workload import WorkloadJob, load_workload  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Task:
+    """One replay: a policy on a published workload (path) or a generated one (seed)."""
+
+    policy: str
+    workload: str
+    traces: str
+    seed: int
+    hide_remaining: bool
+    path: str | None = None
+    gen_seed: int | None = None
+    load: float = 1.0
+
+    def jobs(self) -> list[WorkloadJob]:
+        if self.path is not None:
+            return load_workload(self.path)
+        assert self.gen_seed is not None
+        return generate_workload(self.gen_seed, load=self.load)
+
+
+def run_task(task: Task) -> dict[str, Any]:
+    """Replay one task; the summary of :func:`summarize` plus wall seconds of the replay alone
+    (trace parsing, cached per process, is timed apart as ``load_s``)."""
+    t0 = time.perf_counter()
+    apps = load_traces(task.traces)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = simulate(
+        task.jobs(),
+        make_policy(task.policy, task.seed),
+        traces=apps,
+        config=SimConfig(hide_remaining=task.hide_remaining),
+    )
+    row = summarize(result)
+    wall = time.perf_counter() - t0
+    row.update(policy=task.policy, workload=task.workload, wall_s=wall, load_s=load_s)
+    published = published_avg_jct(task.workload, task.policy)
+    row["published_avg_jct_s"] = published
+    return row
+
+
+def build_tasks(args: argparse.Namespace) -> list[Task]:
+    traces = str(args.traces or default_traces_dir())
+    base = Path(traces) / "workloads"
+    sources: list[tuple[str, str | None, int | None]] = []
+    for w in [x for x in args.workloads.split(",") if x.strip()]:
+        path = base / f"workload-{w.strip()}.csv"
+        if not path.exists():
+            raise SystemExit(f"error: {path} not found")
+        sources.append((path.stem, str(path), None))
+    for k in range(1, args.generated + 1):
+        label = f"gen-{k}" if args.load == 1.0 else f"gen-{k}@{args.load:g}x"
+        sources.append((label, None, k))
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICY_NAMES]
+    if bad:
+        raise SystemExit(f"error: unknown policies {bad}; choose from {', '.join(POLICY_NAMES)}")
+    return [
+        Task(
+            policy=p,
+            workload=label,
+            traces=traces,
+            seed=args.seed,
+            hide_remaining=args.hide_remaining,
+            path=path,
+            gen_seed=gen,
+            load=args.load,
+        )
+        for p in policies
+        for label, path, gen in sources
+    ]
+
+
+def _fmt(x: float | None, spec: str = ",.0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'policy':<9} {'workload':<12} {'avg JCT s':>10} {'p99 JCT s':>10} {'makespan s':>11} "
+        f"{'restarts':>8} {'round p50':>10} {'round p95':>10} {'wall s':>7}   published"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        pub = r["published_avg_jct_s"]
+        pub_s = "-"
+        if pub is not None and r["avg_jct_s"] is not None:
+            label = PUBLISHED_LABEL[r["policy"]]
+            pub_s = f"{label} {pub:,.0f} ({100 * (r['avg_jct_s'] / pub - 1):+.1f}%)"
+        lines.append(
+            f"{r['policy']:<9} {r['workload']:<12} {_fmt(r['avg_jct_s']):>10} "
+            f"{_fmt(r['p99_jct_s']):>10} {_fmt(r['makespan_s']):>11} "
+            f"{r['restarts_per_job']:>8.2f} "
+            f"{r['round_ms_p50']:>8.2f}ms {r['round_ms_p95']:>8.2f}ms "
+            f"{r['wall_s']:>7.1f}   {pub_s}"
+        )
+    lines.append("")
+    lines.append("means per policy (avg JCT s):")
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        mine = [r for r in rows if r["policy"] == policy]
+        pub = [r for r in mine if r["published_avg_jct_s"] is not None]
+        gen = [r for r in mine if r["workload"].startswith("gen-")]
+        parts = []
+        if pub:
+            ours = sum(r["avg_jct_s"] for r in pub) / len(pub)
+            theirs = sum(r["published_avg_jct_s"] for r in pub) / len(pub)
+            parts.append(
+                f"published workloads {ours:,.0f} vs {PUBLISHED_LABEL[policy]} {theirs:,.0f} "
+                f"({100 * (ours / theirs - 1):+.1f}%)"
+            )
+        if gen:
+            parts.append(f"generated {sum(r['avg_jct_s'] for r in gen) / len(gen):,.0f}")
+        others = [r for r in mine if r not in pub and r not in gen]
+        if others:
+            parts.append(f"other {sum(r['avg_jct_s'] for r in others) / len(others):,.0f}")
+        wall = max(r["wall_s"] for r in mine)
+        lines.append(f"  {policy:<9} " + "; ".join(parts) + f"; slowest replay {wall:.1f} s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--policies", default=",".join(POLICY_NAMES))
+    ap.add_argument("--workloads", default="1,2,3,4", help="published workloads ('' for none)")
+    ap.add_argument("--generated", type=int, default=0, help="also K generated workloads")
+    ap.add_argument("--load", type=float, default=1.0, help="job load of generated workloads")
+    ap.add_argument("--hide-remaining", action="store_true", help="jobs hide their length")
+    ap.add_argument("--jobs", type=int, default=1, help="replays run in parallel processes")
+    ap.add_argument("--traces", type=Path, default=None)
+    ap.add_argument("--seed", type=int, default=0, help="policy seed")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    tasks = build_tasks(args)
+    if not tasks:
+        raise SystemExit("error: nothing to replay")
+    if args.hide_remaining and any(uses_oracle(t.policy) for t in tasks):
+        print("note: optimus is an oracle baseline; --hide-remaining does not apply to it")
+    t0 = time.perf_counter()
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            rows = list(pool.map(run_task, tasks))
+    else:
+        rows = []
+        for task in tasks:
+            rows.append(run_task(task))
+            r = rows[-1]
+            print(
+                f"  {task.policy} {task.workload}: avg JCT {_fmt(r['avg_jct_s'])} s "
+                f"({r['wall_s']:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    total = time.perf_counter() - t0
+    print(render(rows))
+    print(f"\n{len(rows)} replays in {total:.1f} s wall ({args.jobs} process(es))")
+    if args.json is not None:
+        doc = {
+            "hide_remaining": args.hide_remaining,
+            "seed": args.seed,
+            "load": args.load,
+            "results": rows,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
