@@ -9,8 +9,9 @@ status and the pod naming scheme. ``serve`` runs the API beside kopf in the oper
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -111,16 +112,34 @@ class OperatorApiStore:
         return True
 
 
-async def serve(port: int, namespaces: list[str] | None = None) -> None:
-    """Serve the API on ``port`` in the running loop (next to kopf)."""
+async def serve(
+    port: int, namespaces: list[str] | None = None, stop: asyncio.Event | None = None
+) -> None:
+    """Serve the API on ``port`` in the running loop (next to kopf) until ``stop`` is set.
+
+    kopf owns SIGTERM/SIGINT in the operator process: uvicorn's own signal capture would
+    replace kopf's handler (or be replaced by it), leaving one of the two running forever
+    after a pod termination. So uvicorn installs none and stops when the operator does."""
     import uvicorn
 
     from adl.api.app import create_app
     from adl.api.metrics import AdlMetrics
     from adl.operator import handlers
 
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+        async def on_tick(self, counter: int) -> bool:
+            # polled by uvicorn's main loop: no extra task, which kopf would cancel
+            return (stop is not None and stop.is_set()) or await super().on_tick(counter)
+
     metrics = AdlMetrics()
     handlers.configure(metrics=metrics)
     app = create_app(OperatorApiStore(KubeStore(), namespaces), metrics=metrics)
     config = uvicorn.Config(app, host="0.0.0.0", port=port, log_level="info")
-    await uvicorn.Server(config).serve()
+    if stop is None:  # alone in its process: uvicorn's usual signal handling
+        await uvicorn.Server(config).serve()
+    else:
+        await Server(config).serve()

@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from adl.operator.observe import (
     pod_indices,
 )
 from adl.operator.scheduling import desired_allocation, job_records, nodes_from_objects
-from adl.operator.store import Conflict, KubeStore
+from adl.operator.store import KUBE_URL_ENV, Conflict, KubeStore
 from adl.sched.types import Policy
 
 ANNOTATION_TOKEN_HASH = P.ANNOTATION_TOKEN_HASH
@@ -291,6 +292,15 @@ async def run_round(rt: Runtime, *, force: bool = False) -> bool:
 
 
 # ------------------------------------------------------------------------ kopf wiring
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """``$ADL_KUBE_URL`` (tests, local development) or kopf's usual in-cluster/kubeconfig."""
+    url = os.environ.get(KUBE_URL_ENV)
+    if url:
+        return kopf.ConnectionInfo(server=url, insecure=True)
+    return kopf.login_via_client(**kwargs)
 
 
 @kopf.on.startup()

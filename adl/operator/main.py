@@ -13,12 +13,12 @@ import importlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 log = logging.getLogger("adl.operator")
 
-#: The API service: (port, namespaces) -> coroutine serving it (``adl.operator.api_store``).
-ApiServer = Callable[[int, list[str]], Awaitable[None]]
+#: The API service: (port, namespaces, stop) -> coroutine serving it until ``stop`` is set
+#: (``adl.operator.api_store.serve``).
+ApiServer = Callable[[int, list[str], asyncio.Event], Awaitable[None]]
 
 
 @dataclass
@@ -93,21 +93,28 @@ async def run(opts: Options) -> None:
         node_selector=opts.node_selector,
         namespaces=opts.namespaces,
     )
-    tasks: list[Awaitable[Any]] = [
-        kopf.operator(
+    stop = asyncio.Event()
+    api = _api_server()
+    api_task: asyncio.Task[None] | None = None
+    if api is not None:
+        # Created before kopf starts: kopf cancels every task that appears while it runs,
+        # but leaves the ones that existed before it.
+        api_task = asyncio.ensure_future(api(opts.port, opts.namespaces, stop))
+    else:
+        log.warning("adl.api is not available: running the operator without the API service")
+    try:
+        # kopf owns SIGTERM/SIGINT; when it returns, the API service follows
+        await kopf.operator(
             clusterwide=opts.all_namespaces,
             namespaces=opts.namespaces,
             standalone=opts.standalone,
             peering_name=opts.peering,
             liveness_endpoint=f"http://0.0.0.0:{opts.health_port}/healthz",
         )
-    ]
-    api = _api_server()
-    if api is not None:
-        tasks.append(api(opts.port, opts.namespaces))
-    else:
-        log.warning("adl.api is not available: running the operator without the API service")
-    await asyncio.gather(*tasks)
+    finally:
+        stop.set()
+        if api_task is not None:
+            await api_task
 
 
 def main(argv: Sequence[str] | None = None) -> None:

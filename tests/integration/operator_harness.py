@@ -8,7 +8,6 @@ the allocation; everything else (handlers, reconcile, pod building) is the produ
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -76,7 +75,6 @@ async def k8s(kmock: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     )
     kmock[kmock.action.CREATE] << 201 << (lambda req: req.data)
     monkeypatch.setenv(KUBE_URL_ENV, str(kmock.url))
-    monkeypatch.setenv("KMOCK_URL", str(kmock.url))
     return kmock
 
 
@@ -93,9 +91,6 @@ def policy(monkeypatch: pytest.MonkeyPatch) -> ScriptedPolicy:
     return scripted
 
 
-LOGIN = os.path.join(os.path.dirname(__file__), "operator_login.py")
-
-
 class Operator:
     """Start/stop the real operator (KopfRunner thread) against kmock."""
 
@@ -104,7 +99,8 @@ class Operator:
         self.flags = list(flags) or ["--standalone"]
 
     async def start(self) -> None:
-        args = ["run", *self.flags, "-A", "--verbose", "-m", "adl.operator.handlers", LOGIN]
+        # the operator's own login handler reads ADL_KUBE_URL (set by the k8s fixture)
+        args = ["run", *self.flags, "-A", "--verbose", "-m", "adl.operator.handlers"]
         self.runner = KopfRunner(args, timeout=30)
         await asyncio.to_thread(self.runner.__enter__)
 
