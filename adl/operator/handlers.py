@@ -62,6 +62,9 @@ class OperatorConfig:
     policy_factory: Callable[[], Policy] = _default_policy
     metrics: Any = None  # adl.api.metrics.AdlMetrics of the API served beside the operator
     timing: Timing = field(default_factory=Timing)
+    #: how often a Starting job is re-read without any event: a pod stuck Pending (e.g.
+    #: Unschedulable) sends no further events, yet must fail once the pending timeout passes
+    starting_recheck_s: float = 10.0
 
 
 CONFIG = OperatorConfig()
@@ -91,6 +94,7 @@ class Runtime:
         self.round_lock = asyncio.Lock()
         self.rounds = RoundStats()
         self.exiting = False
+        self.reconciled: dict[str, float] = {}  # job key -> monotonic time of the last reconcile
 
     def lock(self, key: str) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -225,6 +229,7 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
     """Read the job and its pods, compute the step, execute it; retried on conflicts."""
     namespace = namespace or ""
     async with rt.lock(f"{namespace}/{name}"):
+        rt.reconciled[f"{namespace}/{name}"] = time.monotonic()
         for _ in range(5):
             body = await asyncio.to_thread(rt.store.get_job, namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
@@ -291,6 +296,21 @@ async def run_round(rt: Runtime, *, force: bool = False) -> bool:
         return True
 
 
+def time_based_work_due(
+    body: dict[str, Any], idle_s: float | None, now: datetime, recheck_s: float
+) -> bool:
+    """Whether the job needs a reconcile although nothing changed: its restart backoff ended,
+    or it is Starting and nobody looked at it for ``recheck_s`` (``idle_s``: seconds since the
+    last reconcile, None for never), so a pod stuck Pending reaches its pending timeout."""
+    status = body.get("status") or {}
+    after = status.get("restartAfter")
+    if after and now >= datetime.fromisoformat(str(after).replace("Z", "+00:00")):
+        return True
+    if status.get("phase") != Phase.STARTING.value:
+        return False
+    return idle_s is None or idle_s >= recheck_s
+
+
 # ------------------------------------------------------------------------ kopf wiring
 
 
@@ -355,13 +375,15 @@ async def on_pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, 
 async def tick(
     body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    """Cheap unless something is due: the round, or the end of a restart backoff."""
+    """Cheap unless something is due: the round, the end of a restart backoff, or a look at
+    a job still starting (whose pods may be stuck without sending events)."""
     rt: Runtime = memo.runtime
     if rt.exiting:
         raise asyncio.CancelledError  # end the timer task now (kopf leaves it running ~5 s)
     await run_round(rt)
-    after = (body.get("status") or {}).get("restartAfter")
-    if after and _now() >= datetime.fromisoformat(str(after).replace("Z", "+00:00")):
+    last = rt.reconciled.get(f"{namespace}/{name}")
+    idle = None if last is None else time.monotonic() - last
+    if time_based_work_due(dict(body), idle, _now(), CONFIG.starting_recheck_s):
         await reconcile_job(rt, namespace, name)
 
 
@@ -388,3 +410,4 @@ async def on_delete(
             for pod in pods:
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
     rt.locks.pop(f"{namespace}/{name}", None)
+    rt.reconciled.pop(f"{namespace}/{name}", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -272,3 +273,80 @@ async def test_operator_restarted_mid_resize_converges(
     assert set(names) == {"train-g2-0"}
     await asyncio.sleep(0.5)
     assert alive(k8s) == {"train-g2-0"} and status(k8s)["group"] == 2
+
+
+def posted_events(k8s: Any, name: str = "train") -> list[dict[str, Any]]:
+    """Kubernetes Events the operator posted about the job, in order."""
+    out = []
+    for r in list(k8s):
+        if r.method == "POST" and r.resource is not None and r.resource.plural == "events":
+            if isinstance(r.data, dict) and r.data.get("involvedObject", {}).get("name") == name:
+                out.append(r.data)
+    return out
+
+
+def conditions(k8s: Any) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status(k8s).get("conditions") or []}
+
+
+async def test_transitions_post_events_and_set_conditions(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator
+) -> None:
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body())
+    await run_group(k8s, {"train-g1-0"})
+    cond = conditions(k8s)
+    assert cond["Scheduled"]["status"] == "True" and cond["Running"]["status"] == "True"
+    assert cond["Failed"]["status"] == "False" and cond["Complete"]["status"] == "False"
+    reasons = lambda: [e["reason"] for e in posted_events(k8s)]  # noqa: E731
+    await eventually(lambda: {"Starting", "Running"} <= set(reasons()), what="events")
+    started = next(e for e in posted_events(k8s) if e["reason"] == "Starting")
+    assert started["type"] == "Normal" and "group 1" in started["message"]
+    assert started["involvedObject"]["kind"] == "AdaptiveJob"
+
+    policy.answer = {KEY: ["node-b", "node-b"]}  # resize: an event and a condition change
+    await eventually(lambda: "Resizing" in reasons(), what="Resizing event")
+    await run_group(k8s, {"train-g2-0"})
+    assert [r for r in reasons() if r == "Starting"] == ["Starting", "Starting"]
+
+    await set_pod_phase("train-g2-0", "Succeeded", exit_code=0)
+    st = await eventually(lambda: status(k8s).get("phase") == "Succeeded" and status(k8s))
+    assert conditions(k8s)["Complete"]["status"] == "True" and st["completionTime"]
+    assert conditions(k8s)["Running"]["status"] == "False"
+    await eventually(lambda: "Succeeded" in reasons(), what="Succeeded event")
+
+
+async def test_unschedulable_pod_is_a_reason_then_a_failure(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
+) -> None:
+    """A pod stuck Pending sends no more events; the job must still fail with the reason."""
+    from adl.controller.lifecycle import Timing
+    from adl.operator import handlers
+
+    monkeypatch.setattr(handlers.CONFIG, "timing", Timing(pending_timeout_s=1.5))
+    monkeypatch.setattr(handlers.CONFIG, "starting_recheck_s", 0.2)
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body(maxRestarts=0))
+    await eventually(lambda: alive(k8s) == {"train-g1-0"})
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    scheduled = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    core = client.CoreV1Api(api_client())
+    body = {"status": {"phase": "Pending", "conditions": [scheduled]}}
+    await asyncio.to_thread(
+        core.patch_namespaced_pod_status, "train-g1-0", NS, body, _content_type=MERGE
+    )
+    st = await eventually(lambda: status(k8s).get("reason") == "Unschedulable" and status(k8s))
+    assert st["phase"] == "Starting" and message in st["message"]
+    # no further pod events: the timer re-reads the Starting job and the timeout fails it
+    st = await eventually(
+        lambda: status(k8s).get("phase") == "Failed" and status(k8s), timeout=10, what="Failed"
+    )
+    assert st["reason"] == "Unschedulable" and message in st["message"]
+    assert "not running after" in st["message"]
+    await eventually(lambda: not alive(k8s) or None, what="the pending pod deleted")
