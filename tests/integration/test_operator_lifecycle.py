@@ -277,12 +277,15 @@ async def test_operator_restarted_mid_resize_converges(
 
 def posted_events(k8s: Any, name: str = "train") -> list[dict[str, Any]]:
     """Kubernetes Events the operator posted about the job, in order."""
-    out = []
-    for r in list(k8s):
-        if r.method == "POST" and r.resource is not None and r.resource.plural == "events":
-            if isinstance(r.data, dict) and r.data.get("involvedObject", {}).get("name") == name:
-                out.append(r.data)
-    return out
+    return [
+        r.data
+        for r in list(k8s)
+        if r.method == "POST"
+        and r.resource is not None
+        and r.resource.plural == "events"
+        and isinstance(r.data, dict)
+        and r.data.get("involvedObject", {}).get("name") == name
+    ]
 
 
 def conditions(k8s: Any) -> dict[str, dict[str, Any]]:
