@@ -8,6 +8,7 @@ the allocation; everything else (handlers, reconcile, pod building) is the produ
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -41,11 +42,15 @@ class Emulator(kmock.KubernetesEmulator):
 
 
 class ScriptedPolicy:
-    """Answers what the test says; records what it was asked."""
+    """Answers what the test says (after ``delay`` seconds, like a slow optimization);
+    records what it was asked and whether it is optimizing right now."""
 
     def __init__(self) -> None:
         self.answer: dict[str, list[str]] = {}
         self.calls = 0
+        self.delay = 0.0
+        self.seen: set[str] = set()
+        self.busy = threading.Event()
 
     def optimize(
         self,
@@ -54,6 +59,13 @@ class ScriptedPolicy:
         previous: Mapping[str, list[str]],
     ) -> Allocation:
         self.calls += 1
+        self.seen |= {j.name for j in jobs}
+        if self.delay:
+            self.busy.set()
+            try:
+                time.sleep(self.delay)
+            finally:
+                self.busy.clear()
         return {j.name: list(self.answer.get(j.name, [])) for j in jobs}
 
 
@@ -94,13 +106,14 @@ def policy(monkeypatch: pytest.MonkeyPatch) -> ScriptedPolicy:
 class Operator:
     """Start/stop the real operator (KopfRunner thread) against kmock."""
 
-    def __init__(self, *flags: str) -> None:
+    def __init__(self, *flags: str, namespaces: Sequence[str] = ()) -> None:
         self.runner: KopfRunner | None = None
         self.flags = list(flags) or ["--standalone"]
+        self.scope = [f"--namespace={ns}" for ns in namespaces] or ["-A"]
 
     async def start(self) -> None:
         # the operator's own login handler reads ADL_KUBE_URL (set by the k8s fixture)
-        args = ["run", *self.flags, "-A", "--verbose", "-m", "adl.operator.handlers"]
+        args = ["run", *self.flags, *self.scope, "--verbose", "-m", "adl.operator.handlers"]
         self.runner = KopfRunner(args, timeout=30)
         await asyncio.to_thread(self.runner.__enter__)
 
