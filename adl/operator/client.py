@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -32,9 +33,11 @@ def preflight(
     *,
     storage_classes: Sequence[str] | None,
     node_gpus: Sequence[int] | None,
+    claims: Sequence[str] | None = None,
 ) -> list[str]:
     """Problems that would keep the job from ever running (empty when it can be submitted).
-    ``None`` for a list means "could not be read": that check is skipped, not failed."""
+    ``None`` for a list means "could not be read": that check is skipped, not failed.
+    ``claims``: the PersistentVolumeClaims in the job's namespace (for checkpoint.claimName)."""
     errors = []
     if len(name) > MAX_NAME_LENGTH or not _NAME.match(name):
         errors.append(
@@ -52,6 +55,9 @@ def preflight(
     if wanted and storage_classes is not None and wanted not in storage_classes:
         known = ", ".join(sorted(storage_classes)) or "none"
         errors.append(f"storage class {wanted!r} does not exist (available: {known})")
+    claim = spec.checkpoint.claim_name
+    if claim and claims is not None and claim not in claims:
+        errors.append(f"checkpoint claim {claim!r} does not exist in the job's namespace")
     if node_gpus is not None and spec.gpus_per_replica > 0:
         biggest = max(node_gpus, default=0)
         if spec.gpus_per_replica > biggest:
@@ -90,6 +96,11 @@ def _view(body: Mapping[str, Any], events: list[str] | None = None) -> JobView:
     )
 
 
+def _unreachable(api: client.ApiClient, exc: Exception) -> BackendError:
+    reason = getattr(exc, "reason", None) or exc
+    return BackendError(f"cannot reach the Kubernetes API at {api.configuration.host}: {reason}")
+
+
 class KubernetesBackend:
     """Backend protocol implementation over the Kubernetes API."""
 
@@ -108,6 +119,8 @@ class KubernetesBackend:
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except urllib3.exceptions.HTTPError as exc:
+            raise _unreachable(self.api, exc) from None
         except ApiException as exc:
             if exc.status == 404:
                 raise BackendError(f"{what}: not found") from exc
@@ -125,12 +138,20 @@ class KubernetesBackend:
             return fn()
         except ApiException:
             return None
+        except urllib3.exceptions.HTTPError as exc:  # no server at all: say so, skip nothing
+            raise _unreachable(self.api, exc) from None
 
     # ------------------------------------------------------------------ Backend
     def submit(self, name: str, namespace: str, spec: AdaptiveJobSpec) -> JobView:
         classes = self._optional(
             lambda: [c.metadata.name for c in self.storage.list_storage_class().items if c.metadata]
         )
+        claims = None
+        if spec.checkpoint.claim_name:
+            found = self._optional(
+                lambda: self.core.list_namespaced_persistent_volume_claim(namespace).items
+            )
+            claims = None if found is None else [c.metadata.name for c in found if c.metadata]
         nodes = self._optional(lambda: self.core.list_node().items)
         gpus = None
         if nodes is not None:
@@ -139,7 +160,13 @@ class KubernetesBackend:
                 for n in nodes
                 if n.status is not None
             ]
-        errors = preflight(name, spec, storage_classes=classes, node_gpus=gpus)
+        errors = preflight(
+            name,
+            spec,
+            storage_classes=classes,
+            node_gpus=gpus,
+            claims=claims,
+        )
         if errors:
             raise BackendError("; ".join(errors))
         body = {

@@ -4,9 +4,11 @@ delete)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock fixtures)
 from operator_harness import objects
@@ -121,3 +123,127 @@ def test_logs_pick_the_pod_of_the_replica(monkeypatch: pytest.MonkeyPatch) -> No
     assert asked[-1] == ("j-g2-0", False)
     with pytest.raises(BackendError, match="out of range"):
         list(backend.logs("j", "ns", replica=3))
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig whose current context is the kmock server (nothing else is contacted)."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
+        "current-context": "kmock",
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def manifest(path: Path, name: str, checkpoint: dict[str, Any]) -> Path:
+    doc = {
+        "apiVersion": "adl.dev/v1",
+        "kind": "AdaptiveJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"template": TEMPLATE, "maxReplicas": 4, "checkpoint": checkpoint},
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+async def test_cli_commands_pick_kubernetes_from_the_kube_context(k8s: Any, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from adl.cli.main import app
+
+    core = client.CoreV1Api(api_client())
+    node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}
+    await asyncio.to_thread(core.create_node, node)
+    storage = client.StorageV1Api(api_client())
+    fast = {"metadata": {"name": "fast"}, "provisioner": "example.com/nfs"}
+    await asyncio.to_thread(storage.create_storage_class, fast)
+    env = {
+        "KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", str(k8s.url))),
+        "ADL_KUBE_URL": None,  # no shortcut: the CLI must find the cluster in the kubeconfig
+        "ADL_BACKEND": None,
+        "COLUMNS": "200",
+    }
+    runner = CliRunner()
+
+    async def adl(*args: str) -> Any:
+        return await asyncio.to_thread(runner.invoke, app, list(args), env=env)
+
+    good = manifest(tmp_path / "good.yaml", "bert", {"storageClass": "fast"})
+    out = await adl("submit", "-f", str(good))
+    assert out.exit_code == 0, out.output
+    assert "default/bert submitted" in out.output
+    assert objects(k8s, "adaptivejobs")["bert"]["spec"]["checkpoint"]["storageClass"] == "fast"
+
+    for name, checkpoint, error in [
+        ("slow", {"storageClass": "slow"}, "storage class 'slow' does not exist"),
+        ("claim", {"claimName": "missing"}, "checkpoint claim 'missing' does not exist"),
+    ]:
+        out = await adl("submit", "-f", str(manifest(tmp_path / f"{name}.yaml", name, checkpoint)))
+        assert out.exit_code == 1 and error in out.output, out.output
+        assert name not in objects(k8s, "adaptivejobs")  # refused before creating anything
+
+    now = "2026-01-01T12:00:00Z"
+    status = {
+        "status": {
+            "phase": "Running",
+            "group": 1,
+            "replicas": 2,
+            "allocation": ["n1", "n1"],
+            "batchSize": 256,
+            "goodput": 41.5,
+            "conditions": [
+                {"type": "Running", "status": "True", "reason": "Running", "message": "group 1"}
+            ],
+            "hints": {"initBatchSize": 64, "progress": 120.0, "totalProgress": 1000.0},
+        }
+    }
+    custom = client.CustomObjectsApi(api_client())
+    await asyncio.to_thread(
+        custom.patch_namespaced_custom_object_status,
+        "adl.dev",
+        "v1",
+        "default",
+        "adaptivejobs",
+        "bert",
+        status,
+        _content_type=MERGE,
+    )
+    event = {
+        "metadata": {"name": "bert.1", "namespace": "default"},
+        "involvedObject": {"kind": "AdaptiveJob", "name": "bert", "namespace": "default"},
+        "type": "Normal",
+        "reason": "Starting",
+        "message": "group 1: 2 replicas on 1 nodes",
+        "lastTimestamp": now,
+    }
+    other = {
+        **event,
+        "metadata": {"name": "x.1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "x", "namespace": "default"},
+        "reason": "Unrelated",
+    }
+    for ev in (event, other):
+        await asyncio.to_thread(core.create_namespaced_event, "default", ev)
+
+    out = await adl("ls")
+    assert out.exit_code == 0 and "bert" in out.output and "Running" in out.output, out.output
+    assert "256" in out.output and "41.5" in out.output
+    out = await adl("describe", "bert")
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert "Phase:        Running" in text and "Allocation:   n1, n1 (2 replicas)" in text
+    assert "Running    True   Running group 1" in text  # conditions
+    assert "Normal Starting: group 1: 2 replicas on 1 nodes" in text  # events of this job only
+    assert "Unrelated" not in text
+    assert "Progress:     120/1000" in text  # from the hints
+    out = await adl("top", "--once")
+    assert out.exit_code == 0 and "bert" in out.output, out.output
+
+    out = await adl("delete", "bert")
+    assert out.exit_code == 0 and "bert" not in objects(k8s, "adaptivejobs")
+    out = await adl("describe", "bert")
+    assert out.exit_code == 1 and "not found" in out.output

@@ -80,3 +80,34 @@ def test_gpu_sizes_against_the_cluster() -> None:
 def test_names() -> None:
     assert preflight("Bad_Name", spec(), storage_classes=None, node_gpus=None)
     assert preflight("a" * 46, spec(), storage_classes=None, node_gpus=None)
+
+
+def test_unreachable_cluster_is_one_clear_error() -> None:
+    """No API server behind the kube context: a BackendError naming it, not a traceback."""
+    import socket
+
+    import pytest
+    from kubernetes import client
+
+    from adl.cli.backend import BackendError
+    from adl.operator.client import KubernetesBackend
+
+    with socket.socket() as s:  # a port nobody listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        cfg = client.Configuration()
+        cfg.host = f"http://127.0.0.1:{port}"
+        cfg.retries = 0
+        backend = KubernetesBackend(api=client.ApiClient(cfg))
+        with pytest.raises(BackendError, match=f"cannot reach the Kubernetes API at {cfg.host}"):
+            backend.submit("j", "default", spec())
+        with pytest.raises(BackendError, match="cannot reach"):
+            backend.list()
+
+
+def test_existing_checkpoint_claim_must_exist() -> None:
+    job = spec(checkpoint={"claimName": "ckpt"})
+    (err,) = preflight("j", job, storage_classes=None, node_gpus=None, claims=["other"])
+    assert "checkpoint claim 'ckpt' does not exist" in err
+    assert preflight("j", job, storage_classes=None, node_gpus=None, claims=["ckpt"]) == []
+    assert preflight("j", job, storage_classes=None, node_gpus=None, claims=None) == []
