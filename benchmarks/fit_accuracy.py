@@ -168,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("-" * len(head))
     print(
-        f"{'all rows':<12} {'':>8} {'':>8} "
-        + " ".join(f"{100 * overall[k]:>11.1f}%" for k in keys)
+        f"{'all rows':<12} {'':>8} {'':>8} " + " ".join(f"{100 * overall[k]:>11.1f}%" for k in keys)
     )
     if per_app_4:
         print(

@@ -56,9 +56,7 @@ def plot_schedules(
         lower = np.zeros(len(times))
         for i in range(len(names)):
             upper = lower + mat[i]
-            ax.fill_between(
-                hours, lower, upper, step="post", color=cmap(i % 20), linewidth=0
-            )
+            ax.fill_between(hours, lower, upper, step="post", color=cmap(i % 20), linewidth=0)
             lower = upper
         if result.total_gpus:
             ax.axhline(result.total_gpus, color="black", linestyle="--", linewidth=0.8)

@@ -82,5 +82,10 @@ def test_real_traces_rotation_lookup_matches_the_csv_row() -> None:
     # application constants of the README
     assert apps["yolov3"].max_local_bsz == 8
     assert {a: t.max_epochs for a, t in apps.items()} == {
-        "bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50,
+        "bert": 2,
+        "cifar10": 100,
+        "deepspeech2": 80,
+        "imagenet": 90,
+        "ncf": 10,
+        "yolov3": 50,
     }

@@ -1,0 +1,136 @@
+"""``adl simulate``: tables, --json fields, --plot PNG, and exit code 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from adl.cli.main import app
+from adl.sched.sim.traces import default_traces_dir
+
+TRACES = default_traces_dir()
+FIELDS = {
+    "avg_jct_s",
+    "p99_jct_s",
+    "makespan_s",
+    "restarts_per_job",
+    "round_ms_p50",
+    "round_ms_p95",
+    "jobs",
+}
+
+
+def small_workload(path: Path, offset: int = 0, count: int = 4) -> Path:
+    """A few short cifar10/ncf jobs (seconds to simulate)."""
+    rows = [
+        ("cifar10-0", 100 + offset, "cifar10", 6, 2048),
+        ("ncf-1", 150 + offset, "ncf", 1, 32768),
+        ("ncf-2", 400 + offset, "ncf", 1, 32768),
+        ("cifar10-3", 900 + offset, "cifar10", 12, 4096),
+    ]
+    lines = ["name,time,application,num_replicas,batch_size"]
+    lines += [",".join(str(x) for x in r) for r in rows[:count]]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(app, ["simulate", *args], env=env)
+
+
+def test_json_fields_and_plot_png(tmp_path: Path) -> None:
+    wl = small_workload(tmp_path / "small.csv")
+    out, png = tmp_path / "out.json", tmp_path / "plots" / "s.png"
+    res = invoke(
+        str(wl),
+        "--policy",
+        "tiresias",
+        "--traces",
+        str(TRACES),
+        "--json",
+        str(out),
+        "--plot",
+        str(png),
+    )
+    assert res.exit_code == 0, res.output
+    assert "avg JCT" in res.output and "cifar10" in res.output and "ncf" in res.output
+    doc = json.loads(out.read_text())
+    assert doc["policy"] == "tiresias"
+    summary = doc["workloads"]["small"]
+    assert set(summary) >= FIELDS
+    assert summary["jobs"] == 4 and summary["finished"] == 4
+    assert 0 < summary["avg_jct_s"] <= summary["p99_jct_s"] <= summary["makespan_s"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 5000
+
+
+def test_directory_replays_every_workload(tmp_path: Path) -> None:
+    small_workload(tmp_path / "workload-1.csv")
+    small_workload(tmp_path / "workload-2.csv", offset=600)
+    out = tmp_path / "out.json"
+    res = invoke(str(tmp_path), "-p", "fifo", "--traces", str(TRACES), "--json", str(out))
+    assert res.exit_code == 0, res.output
+    reports = json.loads(out.read_text())["workloads"]
+    assert list(reports) == ["workload-1", "workload-2"]
+    assert all(set(r) >= FIELDS for r in reports.values())
+
+
+def test_adl_policy_with_hidden_remaining_work(tmp_path: Path) -> None:
+    wl = small_workload(tmp_path / "small.csv", count=2)
+    out = tmp_path / "adl.json"
+    res = invoke(
+        str(wl),
+        "--policy",
+        "adl",
+        "--hide-remaining",
+        "--seed",
+        "3",
+        "--traces",
+        str(TRACES),
+        "--json",
+        str(out),
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["hide_remaining"] is True and doc["seed"] == 3
+    assert doc["workloads"]["small"]["finished"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.csv", "--policy", "fifo"], "not found"),
+        (["{wl}", "--policy", "pollux"], "unknown policy"),
+        (["{wl}", "--policy", "fifo", "--traces", "{tmp}/no-traces"], "traces directory"),
+        (["{tmp}", "--policy", "fifo"], "no workload-*.csv"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
+    wl = small_workload(tmp_path / "small.csv")
+    argv = [a.format(wl=wl, tmp=tmp_path) for a in args]
+    res = invoke(*argv)
+    assert res.exit_code == 2
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_traces_default_comes_from_the_environment(tmp_path: Path) -> None:
+    wl = small_workload(tmp_path / "small.csv")
+    res = invoke(str(wl), "--policy", "fifo", env={"ADL_TRACES": str(tmp_path / "elsewhere")})
+    assert res.exit_code == 2
+    assert "elsewhere" in res.output
+
+
+def test_simulate_does_not_import_torch() -> None:
+    import subprocess
+
+    code = (
+        "import sys; from typer.testing import CliRunner; from adl.cli.main import app; "
+        "r = CliRunner().invoke(app, ['simulate', 'nope.csv']); "
+        "assert r.exit_code == 2; assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
