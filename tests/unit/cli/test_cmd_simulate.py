@@ -24,7 +24,7 @@ FIELDS = {
 }
 
 
-def small_workload(path: Path, offset: int = 0, count: int = 4) -> Path:
+def small_workload(path: Path, offset: int = 0, apps: tuple[str, ...] = ("cifar10", "ncf")) -> Path:
     """A few short cifar10/ncf jobs (seconds to simulate)."""
     rows = [
         ("cifar10-0", 100 + offset, "cifar10", 6, 2048),
@@ -33,7 +33,7 @@ def small_workload(path: Path, offset: int = 0, count: int = 4) -> Path:
         ("cifar10-3", 900 + offset, "cifar10", 12, 4096),
     ]
     lines = ["name,time,application,num_replicas,batch_size"]
-    lines += [",".join(str(x) for x in r) for r in rows[:count]]
+    lines += [",".join(str(x) for x in r) for r in rows if r[2] in apps]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -80,7 +80,7 @@ def test_directory_replays_every_workload(tmp_path: Path) -> None:
 
 
 def test_adl_policy_with_hidden_remaining_work(tmp_path: Path) -> None:
-    wl = small_workload(tmp_path / "small.csv", count=2)
+    wl = small_workload(tmp_path / "small.csv", apps=("ncf",))
     out = tmp_path / "adl.json"
     res = invoke(
         str(wl),
