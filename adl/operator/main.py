@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ class Options:
     namespaces: list[str] = field(default_factory=list)
     all_namespaces: bool = False
     peering: str | None = None
+    priority: int | None = None
     standalone: bool = False
     node_selector: dict[str, str] = field(default_factory=dict)
 
@@ -48,6 +50,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     peer = p.add_mutually_exclusive_group()
     peer.add_argument("--peering", default=None, help="kopf peering object name")
     peer.add_argument("--standalone", action="store_true")
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority (default: older replicas first, so a new one waits as standby)",
+    )
     p.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE")
     a = p.parse_args(argv)
     selector = {}
@@ -67,6 +75,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         namespaces=a.namespaces or [],
         all_namespaces=a.all_namespaces,
         peering=a.peering,
+        priority=a.priority,
         standalone=a.standalone or a.peering is None,
         node_selector=selector,
     )
@@ -79,6 +88,15 @@ def _api_server() -> ApiServer | None:
         return None
     server: ApiServer | None = getattr(module, "serve", None)
     return server
+
+
+def peering_priority(started_at: float) -> int:
+    """Priority of a replica started at ``started_at`` (epoch seconds): the oldest wins.
+
+    kopf pauses an operator while a live peer has a higher priority, and pauses *every*
+    operator while peers share one; so replicas need distinct priorities, and ranking them by
+    age (milliseconds) keeps the active one active when a standby starts."""
+    return -int(started_at * 1000)
 
 
 async def run(opts: Options) -> None:
@@ -109,6 +127,7 @@ async def run(opts: Options) -> None:
             namespaces=opts.namespaces,
             standalone=opts.standalone,
             peering_name=opts.peering,
+            priority=opts.priority if opts.priority is not None else peering_priority(time.time()),
             liveness_endpoint=f"http://0.0.0.0:{opts.health_port}/healthz",
         )
     finally:

@@ -42,3 +42,12 @@ def test_operator_modules_import_without_torch() -> None:
         "adl.cli.cmd_crd; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_peering_priority_prefers_the_oldest_replica_and_is_distinct() -> None:
+    from adl.operator.main import peering_priority
+
+    active, standby = peering_priority(1_700_000_000.0), peering_priority(1_700_000_000.25)
+    assert active > standby  # a replica started later never takes over from a live one
+    assert parse_args(["-A", "--peering=adl"]).priority is None
+    assert parse_args(["-A", "--peering=adl", "--priority=7"]).priority == 7
