@@ -113,9 +113,13 @@ class OperatorApiStore:
 
 
 async def serve(
-    port: int, namespaces: list[str] | None = None, stop: asyncio.Event | None = None
+    port: int,
+    namespaces: list[str] | None = None,
+    stop: asyncio.Event | None = None,
+    started: asyncio.Event | None = None,
 ) -> None:
-    """Serve the API on ``port`` in the running loop (next to kopf) until ``stop`` is set.
+    """Serve the API on ``port`` in the running loop (next to kopf) until ``stop`` is set;
+    ``started`` is set once it listens.
 
     kopf owns SIGTERM/SIGINT in the operator process: uvicorn's own signal capture would
     replace kopf's handler (or be replaced by it), leaving one of the two running forever
@@ -130,6 +134,11 @@ async def serve(
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             yield
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if started is not None:
+                started.set()
 
         async def on_tick(self, counter: int) -> bool:
             # polled by uvicorn's main loop: no extra task, which kopf would cancel

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("adl.operator")
 
-#: The API service: (port, namespaces, stop) -> coroutine serving it until ``stop`` is set
-#: (``adl.operator.api_store.serve``).
-ApiServer = Callable[[int, list[str], asyncio.Event], Awaitable[None]]
+#: The API service: (port, namespaces, stop, started) -> coroutine serving it until ``stop``
+#: is set, setting ``started`` once it listens (``adl.operator.api_store.serve``).
+ApiServer = Callable[[int, list[str], asyncio.Event, asyncio.Event], Awaitable[None]]
 
 
 @dataclass
@@ -111,13 +111,19 @@ async def run(opts: Options) -> None:
         node_selector=opts.node_selector,
         namespaces=opts.namespaces,
     )
-    stop = asyncio.Event()
+    stop, started = asyncio.Event(), asyncio.Event()
     api = _api_server()
     api_task: asyncio.Task[None] | None = None
     if api is not None:
-        # Created before kopf starts: kopf cancels every task that appears while it runs,
-        # but leaves the ones that existed before it.
-        api_task = asyncio.ensure_future(api(opts.port, opts.namespaces, stop))
+        # Started (lifespan included) before kopf: kopf cancels every task that appears
+        # while it runs, but leaves the ones that existed before it.
+        api_task = asyncio.ensure_future(api(opts.port, opts.namespaces, stop, started))
+        ready = asyncio.ensure_future(started.wait())
+        await asyncio.wait({api_task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if api_task.done():
+            await api_task  # it failed to start: raise its error
+            return
     else:
         log.warning("adl.api is not available: running the operator without the API service")
     try:

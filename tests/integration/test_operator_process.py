@@ -105,3 +105,5 @@ async def test_operator_process_serves_api_and_runs_jobs(k8s: Any, tmp_path: Pat
             log_file.close()
     # kopf stops on SIGTERM and the API service stops with it: a clean exit, not a kill
     assert code == 0, f"exit code {code}:\n{output()}"
+    # the API's lifespan ended normally (it was not cancelled as one of kopf's tasks)
+    assert "Application shutdown complete" in output() and "Traceback" not in output()
