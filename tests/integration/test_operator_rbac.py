@@ -13,29 +13,35 @@ from typing import Any
 
 import helm_python as helm
 import kmock
+import pytest
 import yaml
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
 from operator_harness import Operator, ScriptedPolicy, eventually, objects
 
+from adl.operator import handlers
 from adl.operator import permissions as perms
 from adl.operator.store import api_client
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "adl"
 
 
-def rendered_permissions() -> frozenset[perms.Permission]:
-    """What the default (cluster-wide) install of the chart grants the operator."""
+def rendered_permissions(
+    values: dict[str, Any] | None = None,
+) -> tuple[frozenset[perms.Permission], set[str]]:
+    """What an install of the chart grants the operator, and the namespaces of its Roles."""
     with helm.Chart.load(CHART) as chart:
-        out = chart.render({}, name="adl", namespace="adl-system", is_install=True)
+        out = chart.render(values or {}, name="adl", namespace="adl-system", is_install=True)
     granted: set[perms.Permission] = set()
+    role_namespaces: set[str] = set()
     docs = (yaml.safe_load_all(t) for n, t in out.items() if n.endswith(".yaml"))
     for doc in (d for ds in docs for d in ds if d):
         if doc.get("kind") == "ClusterRole":
             granted |= perms.from_rules(doc["rules"], perms.CLUSTER)
         elif doc.get("kind") == "Role":
             granted |= perms.from_rules(doc["rules"], perms.NAMESPACED)
-    return frozenset(granted)
+            role_namespaces.add(doc["metadata"]["namespace"])
+    return frozenset(granted), role_namespaces
 
 
 VERBS = {
@@ -48,7 +54,8 @@ VERBS = {
 }
 
 
-def operator_calls(k8s: Any) -> set[tuple[perms.Permission, bool]]:
+def operator_calls(k8s: Any) -> set[tuple[perms.Permission, str | None]]:
+    """(permission, namespace or None for cluster-scoped calls) of every operator request."""
     calls = set()
     for req in list(k8s):
         agent = req.headers.get("User-Agent", "")
@@ -60,7 +67,7 @@ def operator_calls(k8s: Any) -> set[tuple[perms.Permission, bool]]:
         resource = f"{plural}/{req.subresource}" if req.subresource else plural
         group = req.resource.group or ""
         call = perms.Permission(group, resource, VERBS[req.action.name])
-        calls.add((call, req.namespace is not None))
+        calls.add((call, req.namespace))
         owners = (
             (req.data or {}).get("metadata", {}).get("ownerReferences")
             if isinstance(req.data, dict)
@@ -70,27 +77,50 @@ def operator_calls(k8s: Any) -> set[tuple[perms.Permission, bool]]:
             o.get("blockOwnerDeletion") for o in owners or []
         ):
             # the API server checks this when an object blocks its owner's deletion
-            calls.add((perms.Permission("adl.dev", "adaptivejobs/finalizers", "update"), True))
+            finalizers = perms.Permission("adl.dev", "adaptivejobs/finalizers", "update")
+            calls.add((finalizers, req.namespace))
     return calls
 
 
-async def test_operator_calls_match_rendered_rbac(k8s: Any, policy: ScriptedPolicy) -> None:
-    k8s.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(
-        kind="ClusterKopfPeering",
-        singular="clusterkopfpeering",
-        namespaced=False,
+PEERINGS = {
+    "cluster": ("kopf.dev/v1/clusterkopfpeerings", "ClusterKopfPeering", False),
+    "namespaced": ("kopf.dev/v1/kopfpeerings", "KopfPeering", True),
+}
+
+
+@pytest.mark.parametrize("scope", ["cluster", "namespaced"])
+async def test_operator_calls_match_rendered_rbac(
+    k8s: Any, policy: ScriptedPolicy, monkeypatch: Any, scope: str
+) -> None:
+    namespaced = scope == "namespaced"
+    values = {"namespaced": True, "watchNamespaces": ["default"]} if namespaced else {}
+    allowed, role_namespaces = rendered_permissions(values)
+    path, kind, in_namespace = PEERINGS[scope]
+    k8s.resources[path] = kmock.ResourceInfo(
+        kind=kind,
+        singular=kind.lower(),
+        namespaced=in_namespace,
         verbs={"get", "list", "watch", "create", "patch"},
     )
     custom = client.CustomObjectsApi(api_client())
-    peering = {
-        "apiVersion": "kopf.dev/v1",
-        "kind": "ClusterKopfPeering",
-        "metadata": {"name": "adl"},
-    }
-    await asyncio.to_thread(
-        custom.create_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings", peering
-    )
-    operator = Operator("--peering=adl", "--priority=100")
+    peering = {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": {"name": "adl"}}
+    if namespaced:  # the chart creates one KopfPeering per watched namespace
+        for ns in sorted(role_namespaces):
+            await asyncio.to_thread(
+                custom.create_namespaced_custom_object,
+                "kopf.dev",
+                "v1",
+                ns,
+                "kopfpeerings",
+                {**peering, "metadata": {"name": "adl", "namespace": ns}},
+            )
+        monkeypatch.setattr(handlers.CONFIG, "namespaces", sorted(role_namespaces))
+        operator = Operator("--peering=adl", "--priority=100", namespaces=sorted(role_namespaces))
+    else:
+        await asyncio.to_thread(
+            custom.create_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings", peering
+        )
+        operator = Operator("--peering=adl", "--priority=100")
     await operator.start()
     try:
         policy.answer = {"default/rbac": ["node-a"]}
@@ -124,11 +154,26 @@ async def test_operator_calls_match_rendered_rbac(k8s: Any, policy: ScriptedPoli
         await operator.stop()
 
     calls = operator_calls(k8s)
-    allowed = rendered_permissions()
     denied = sorted(
-        str(c) for c, in_ns in calls if not perms.covers(allowed, c, in_namespace=in_ns)
+        f"{c} in {ns or 'the cluster'}"
+        for c, ns in calls
+        if not perms.covers(allowed, c, in_namespace=ns is not None)
+        or (namespaced and ns is not None and not _granted_in(allowed, c, ns, role_namespaces))
     )
     assert denied == [], f"operator calls not allowed by the chart's RBAC: {denied}"
     used = {(c.group, c.resource, c.verb) for c, _ in calls}
     unused = sorted(str(p) for p in allowed if (p.group, p.resource, p.verb) not in used)
     assert unused == [], f"granted but never used: {unused}"
+
+
+def _granted_in(
+    allowed: frozenset[perms.Permission],
+    call: perms.Permission,
+    namespace: str,
+    role_namespaces: set[str],
+) -> bool:
+    """A namespaced call is allowed by a cluster grant, or by a Role in that very namespace."""
+    cluster = {p for p in allowed if p.scope == perms.CLUSTER}
+    if perms.covers(cluster, call, in_namespace=True):
+        return True
+    return namespace in role_namespaces
