@@ -473,6 +473,19 @@ class Daemon:
                     self.jobs[key].desired = list(alloc)
 
 
+def load_policy(spec: str, home: Path) -> Callable[[], Policy]:
+    """``module:factory`` -> a policy factory; the factory gets the state directory when it
+    accepts an argument (tests steer a policy through a file there)."""
+    import importlib
+    import inspect
+
+    module, _, attr = spec.partition(":")
+    factory: Callable[..., Policy] = getattr(importlib.import_module(module), attr or "Policy")
+    if inspect.signature(factory).parameters:
+        return lambda: factory(home)
+    return factory
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="adl-local-daemon", description=__doc__)
     parser.add_argument("--home", type=Path, default=None)
@@ -481,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-s", type=float, default=5.0)
     parser.add_argument("--tick-s", type=float, default=0.2)
     parser.add_argument("--backoff-s", type=float, default=None, help="failure backoff base")
+    parser.add_argument(
+        "--policy", default=None, help="module:factory returning a Policy (default AdlPolicy)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     home = args.home or default_home()
@@ -494,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         tick_s=args.tick_s,
         timing=timing,
     )
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, load_policy(args.policy, home) if args.policy else _default_policy)
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
     signal.signal(signal.SIGINT, lambda *_: daemon.stop())
     daemon.run()

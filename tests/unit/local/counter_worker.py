@@ -24,6 +24,7 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--crash-at", type=int, default=-1)
     p.add_argument("--crash-always", action="store_true")
+    p.add_argument("--stop-s", type=float, default=0.0, help="time to 'checkpoint' on SIGTERM")
     args = p.parse_args()
     ckdir = Path(os.environ.get("ADL_CHECKPOINT_DIR", "."))
     ck = ckdir / "state.json"
@@ -39,6 +40,7 @@ def main() -> int:
         return 3
     while step < args.steps:
         if stop:
+            time.sleep(args.stop_s)
             print(f"stopped group={group} rank={rank} step={step}", flush=True)
             return 143
         time.sleep(args.step_s)

@@ -50,3 +50,21 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0, every: float = 0.0
             return
         time.sleep(every)
     raise AssertionError("condition not met in time")
+
+
+class FilePolicy(FixedPolicy):
+    """A FixedPolicy for a daemon in another process: replica counts come from
+    ``<home>/policy.json`` (``{"job-name": n}``), re-read every round."""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__()
+        self.file = Path(home) / "policy.json"
+
+    def optimize(self, jobs, nodes, previous):  # type: ignore[no-untyped-def]
+        import json
+
+        try:
+            self.replicas = {k: int(v) for k, v in json.loads(self.file.read_text()).items()}
+        except (OSError, ValueError):
+            self.replicas = {}
+        return super().optimize(jobs, nodes, previous)
