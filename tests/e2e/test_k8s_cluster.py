@@ -7,6 +7,7 @@ a real cluster"). Images come from ``ADL_E2E_OPERATOR_IMAGE`` (built from ``Dock
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -87,12 +88,23 @@ def release() -> Iterator[str]:
 
 
 def test_example_job_runs_to_completion(release: str) -> None:
+    from adl.cli.backend import BackendError
     from adl.models import AdaptiveJobSpec
     from adl.operator.client import KubernetesBackend
 
     _, job_image = _images()
     backend = KubernetesBackend(gpu_resource=os.environ.get("ADL_E2E_SLOT_RESOURCE", "cpu"))
     name = f"e2e-{uuid.uuid4().hex[:6]}"
+    # An existing claim (ReadWriteOnce, the default class): the claim adl would make is
+    # ReadWriteMany for multi-node groups, which single-node clusters (kind) cannot provision.
+    claim = f"{name}-ckpt"
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    backend.core.create_namespaced_persistent_volume_claim(release, pvc)
     spec = AdaptiveJobSpec.model_validate(
         {
             "template": {
@@ -110,10 +122,11 @@ def test_example_job_runs_to_completion(release: str) -> None:
             "maxReplicas": 1,
             "gpusPerReplica": 1,
             "maxRestarts": 1,
+            "checkpoint": {"claimName": claim},
         }
     )
-    backend.submit(name, release, spec)
     try:
+        backend.submit(name, release, spec)
         deadline = time.monotonic() + TIMEOUT_S
         view = backend.get(name, release)
         while time.monotonic() < deadline and not view.status.phase.finished:
@@ -124,4 +137,6 @@ def test_example_job_runs_to_completion(release: str) -> None:
         logs = "\n".join(backend.logs(name, release))
         assert "final loss" in logs
     finally:
-        backend.delete(name, release)
+        with contextlib.suppress(BackendError):
+            backend.delete(name, release)
+        backend.core.delete_namespaced_persistent_volume_claim(claim, release)
