@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +25,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# Tiny linear algebra only: BLAS worker threads just spin (see adl.cli.cmd_simulate).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 from adl.sched.sim.generate import generate_workload  # noqa: E402
 from adl.sched.sim.metrics import summarize  # noqa: E402
