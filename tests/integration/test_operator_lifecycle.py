@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -98,9 +99,21 @@ async def test_create_makes_pods_and_service(k8s: Any, policy: ScriptedPolicy, o
         "train.py",
     ]
 
+    volumes = {v["name"]: v for v in a["spec"]["volumes"]}
+    assert volumes["adl-token"]["secret"]["secretName"] == "train-adl-token"
+    assert volumes["adl-checkpoint"]["persistentVolumeClaim"]["claimName"] == "train-checkpoint"
+    mounts = {m["name"]: m["mountPath"] for m in a["spec"]["containers"][0]["volumeMounts"]}
+    assert env_of(a)["ADL_TOKEN_FILE"].startswith(mounts["adl-token"] + "/")
+    assert env_of(a)["ADL_CHECKPOINT_DIR"].startswith(mounts["adl-checkpoint"] + "/")
+    assert a["spec"]["hostname"] == "train-g1-0" and a["spec"]["subdomain"] == "train"
     svc = await eventually(lambda: objects(k8s, "services").get("train"), what="service")
     assert svc["spec"]["clusterIP"] == "None"
-    assert "train-adl-token" in objects(k8s, "secrets")
+    secret = objects(k8s, "secrets")["train-adl-token"]
+    token = secret["stringData"]["token"]
+    digest = objects(k8s, "adaptivejobs")["train"]["metadata"]["annotations"][
+        "adl.dev/token-sha256"
+    ]
+    assert hashlib.sha256(token.encode()).hexdigest() == digest  # the API checks the hash
     assert "train-checkpoint" in objects(k8s, "persistentvolumeclaims")
     st = await eventually(lambda: status(k8s).get("phase") == "Starting" and status(k8s))
     assert st["group"] == 1 and st["replicas"] == 3
