@@ -46,7 +46,7 @@ class FakeCore:
 
 
 def test_listed_pods_are_filtered_by_the_selector() -> None:
-    pods = [
+    pods: list[dict[str, Any]] = [
         {"metadata": {"name": "a", "labels": {"adl.dev/job": "a"}}},
         {"metadata": {"name": "ab", "labels": {"adl.dev/job": "ab"}}},
         {"metadata": {"name": "none"}},
