@@ -338,8 +338,10 @@ class AdaptiveDataLoader:
             if i % per_step == 0 and monitor is not None and monitor.poll():
                 stop_and_exit(ctx)
             ctx.is_sync_step = (i % per_step == per_step - 1) or i == last
-            yield batch
+            # Counted as consumed once handed out: a checkpoint taken in the loop body (after
+            # the step) or after a ``break`` must not replay this batch.
             self._offset = mb.offset + mb.size
+            yield batch
         self._offset = size  # the epoch is done (a dropped tail counts as done)
         ctx.is_sync_step = True
 

@@ -1,0 +1,101 @@
+"""Preemption in one process: SIGTERM and stop file detection, checkpoint and exit 143."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+import adl
+from adl.client_lib import checkpoint
+from adl.client_lib.context import JobContext
+from adl.client_lib.preemption import EXIT_CODE, PreemptionMonitor, check_preemption
+
+MakeContext = Callable[..., JobContext]
+
+
+def test_sigterm_requests_a_stop_and_the_handler_is_restored() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    monitor = PreemptionMonitor(grace_s=0)
+    monitor.install()
+    try:
+        assert not monitor.poll()
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while not monitor.stop_requested and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert monitor.poll()
+    finally:
+        monitor.uninstall()
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_only_a_stop_file_written_after_the_start_counts(tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    stop.write_text("")
+    old = time.time() - 3600
+    os.utime(stop, (old, old))  # left over from an earlier run
+    monitor = PreemptionMonitor(grace_s=0, stop_file=stop, file_poll_s=0)
+    assert not monitor.poll()
+    stop.write_text("now")
+    assert monitor.poll()
+
+
+def test_the_watchdog_exits_143_when_the_clean_stop_hangs() -> None:
+    code = (
+        "import time\n"
+        "from adl.client_lib.preemption import PreemptionMonitor\n"
+        "PreemptionMonitor(grace_s=0.5).request_stop()\n"
+        "time.sleep(60)\n"
+    )
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], timeout=60, check=False)
+    assert done.returncode == EXIT_CODE
+    assert time.monotonic() - start < 50
+
+
+def _loader(n: int = 30) -> adl.AdaptiveDataLoader:
+    data = TensorDataset(torch.arange(n))
+    return adl.AdaptiveDataLoader(data, batch_size=4, name="data")
+
+
+def test_a_stop_file_makes_the_loader_checkpoint_and_exit_143(
+    make_context: MakeContext, tmp_path: Path
+) -> None:
+    ctx = make_context(ADL_GRACE_PERIOD_S="0")
+    assert ctx.preemption is not None
+    ctx.preemption.file_poll_s = 0.0
+    loader = _loader()
+    metrics = adl.Accumulator("metrics")
+    taken = 0
+    with pytest.raises(SystemExit) as stopped:
+        for batch in loader:
+            taken += 1
+            metrics["samples"] += len(batch[0])
+            if taken == 3:
+                (tmp_path / "stop").write_text("")
+    assert stopped.value.code == EXIT_CODE
+    assert taken == 3  # stopped at the next step boundary, not later
+    states = checkpoint.load(tmp_path / "ckpt")
+    assert states is not None
+    assert states["data"]["offset"] == 12
+    assert states["metrics"]["total"] == {"samples": 12.0}
+
+
+def test_check_preemption_for_custom_loops(make_context: MakeContext, tmp_path: Path) -> None:
+    ctx = make_context(ADL_GRACE_PERIOD_S="0")
+    check_preemption()  # nothing requested: returns
+    assert ctx.preemption is not None
+    ctx.preemption.request_stop()
+    with pytest.raises(SystemExit) as stopped:
+        check_preemption()
+    assert stopped.value.code == EXIT_CODE
+    assert (tmp_path / "ckpt" / checkpoint.FILENAME).exists()
