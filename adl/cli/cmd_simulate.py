@@ -28,12 +28,14 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _hours(seconds: float | None) -> str:
+def _seconds_and_hours(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:,.0f} s ({seconds / 3600:.2f} h)"
 
 
 def workload_table(name: str, policy: str, result: SimResult, summary: dict[str, Any]) -> Table:
     """Per-application breakdown of one replay, with the published figure when there is one."""
+    import numpy as np
+
     from adl.sched.sim.published import PUBLISHED_LABEL, published_avg_jct
 
     table = Table(title=f"{name} under {policy}", title_justify="left")
@@ -42,8 +44,6 @@ def workload_table(name: str, policy: str, result: SimResult, summary: dict[str,
     apps = sorted({j.application for j in result.jobs})
     groups = [(app, [j for j in result.jobs if j.application == app]) for app in apps]
     groups.append(("all", list(result.jobs)))
-    import numpy as np
-
     for app, jobs in groups:
         jcts = np.array([j.jct_s for j in jobs if j.jct_s is not None], dtype=np.float64)
         table.add_row(
@@ -57,7 +57,7 @@ def workload_table(name: str, policy: str, result: SimResult, summary: dict[str,
         )
     published = published_avg_jct(name, policy)
     caption = (
-        f"makespan {_hours(summary['makespan_s'])}; round latency p50 "
+        f"makespan {_seconds_and_hours(summary['makespan_s'])}; round latency p50 "
         f"{summary['round_ms_p50']:.2f} ms, p95 {summary['round_ms_p95']:.2f} ms"
     )
     if published is not None and summary["avg_jct_s"] is not None:
