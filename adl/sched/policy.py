@@ -29,8 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adl.sched.placement import Cluster, Placement
+from adl.sched.policy_optimism import explorative
 from adl.sched.speedup_table import SpeedupTable
-from adl.sched.types import Allocation, JobInfo, NodeInfo
+from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,10 @@ class Knobs:
     #: a new configuration must pay back its restart within this many seconds
     restart_horizon_s: float = 1800.0
     #: largest restart penalty (fraction of the new configuration's value)
-    max_restart_penalty: float = 0.5
+    max_restart_penalty: float = 0.9
+    #: beyond the largest profiled replica count, assume gradient sync does not get slower
+    #: (no "retrogression" the job has not measured): optimism that makes jobs explore
+    optimistic: float = 1.0
 
 
 @dataclass
@@ -61,7 +65,8 @@ class _Job:
     info: JobInfo
     weight: float
     cap: int
-    penalty: float
+    restart_s: float  # effective seconds lost per (re)start
+    remaining: float  # remaining seconds on one GPU (estimated when undeclared)
     prev: Placement | None  # last round's placement, if still valid
     prev_key: tuple[tuple[int, int], ...] | None
     table: SpeedupTable
@@ -80,9 +85,10 @@ class AdlPolicy:
     def __init__(self, seed: int = 0, **knobs: float) -> None:
         self.seed = seed
         self.knobs = Knobs(**knobs)
-        # speedup tables by (id(speedup fn), replicas per node); each keeps its fn alive
-        self._tables: dict[tuple[int, int], SpeedupTable] = {}
-        self._next_tables: dict[tuple[int, int], SpeedupTable] = {}
+        # speedup tables by (id(speedup fn), replicas per node, profiled replicas), each stored
+        # with its fn (which keeps the id valid)
+        self._tables: dict[tuple[int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
+        self._next_tables: dict[tuple[int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
 
     # ------------------------------------------------------------------ job weights
 
@@ -100,17 +106,28 @@ class AdlPolicy:
             return max(job.remaining_s, k.min_remaining_s)
         return job.attained_service_s + k.unknown_remaining_s
 
-    def restart_penalty(self, job: JobInfo) -> float:
+    def restart_penalty(self, job: JobInfo, speedup: float = 1.0) -> float:
         """Fraction of a new configuration's value lost to (re)starting into it.
 
-        The job's measured restart cost over the time the new configuration is expected to last
-        (the planning horizon, or less if the job will finish sooner), scaled up when it has
-        already restarted often for its age (each restart suggests the next will not last).
+        The job's measured restart cost over the time the new configuration is expected to last:
+        the planning horizon, or less if the job will finish sooner at that configuration's
+        speedup. The cost is scaled up when the job has already restarted often for its age
+        (each restart suggests the next will not last either).
         """
+        return self._penalty(self._restart_s(job), self._remaining(job), speedup)
+
+    def _restart_s(self, job: JobInfo) -> float:
         k = self.knobs
-        churn = 1.0 + job.restarts * job.restart_cost_s / max(job.age_s, k.restart_horizon_s)
-        horizon = min(k.restart_horizon_s, self._remaining(job))
-        frac = job.restart_cost_s * churn / horizon
+        # A configuration is expected to last as long as the job's past ones did on average
+        # (age / (restarts + 1)), at most the horizon: the cost is spread over that lifetime.
+        horizon = k.restart_horizon_s
+        lifetime = max(job.age_s, horizon) / (max(job.restarts, 0) + 1)
+        return max(job.restart_cost_s, 0.0) * horizon / min(lifetime, horizon)
+
+    def _penalty(self, restart_s: float, remaining: float, speedup: float) -> float:
+        k = self.knobs
+        horizon = min(k.restart_horizon_s, remaining / max(speedup, 1e-9))
+        frac = restart_s / max(horizon, 1e-9)
         return min(max(frac, 0.0), k.max_restart_penalty)
 
     def replica_cap(self, job: JobInfo, total: int) -> int:
@@ -121,22 +138,24 @@ class AdlPolicy:
     # ------------------------------------------------------------------ speedups
 
     def _table(self, job: JobInfo, node_gpus: int) -> SpeedupTable:
-        """The job's speedup table, kept across rounds while its speedup function is unchanged
-        (a job's model only changes when it reports new hints)."""
+        """The job's speedup table, kept across rounds while its speedup function (and profiled
+        replica count) is unchanged: a job's model only changes when it reports new hints."""
         fn = job.speedup
         per_node = max(node_gpus // max(job.gpus_per_replica, 1), 1)
-        key = (id(fn), per_node)
-        table = self._tables.get(key)
-        if table is None or table.fn is not fn:
-            table = SpeedupTable(fn, per_node)
-        self._next_tables[key] = table
-        return table
+        profiled = job.max_profiled_replicas if self.knobs.optimistic > 0 else 0
+        key = (id(fn), per_node, profiled)
+        entry = self._tables.get(key)
+        if entry is None or entry[0] is not fn:
+            entry = (fn, SpeedupTable(explorative(fn, profiled), per_node))
+        self._next_tables[key] = entry
+        return entry[1]
 
     def _utility(self, job: _Job, placement: Placement) -> float:
         replicas = sum(placement.values())
-        value = job.weight * job.table.get(len(placement), replicas, job.cap)
+        speedup = job.table.get(len(placement), replicas, job.cap)
+        value = job.weight * speedup
         if _key(placement) != job.prev_key:  # (re)starting costs every job the same delay
-            value *= 1.0 - job.penalty
+            value *= 1.0 - self._penalty(job.restart_s, job.remaining, speedup)
         return value
 
     # ------------------------------------------------------------------ greedy moves
@@ -204,7 +223,8 @@ class AdlPolicy:
                     info=info,
                     weight=self.priority(info),
                     cap=cap,
-                    penalty=self.restart_penalty(info),
+                    restart_s=self._restart_s(info),
+                    remaining=self._remaining(info),
                     prev=prev,
                     prev_key=_key(prev) if prev else None,
                     table=self._table(info, cluster.max_gpus),
