@@ -126,6 +126,10 @@ def main() -> None:
         local_bsz_bounds=(cfg["bsz"], cfg["bsz"]),
         gradient_accumulation=False,
     )
+    # Declare the run's length (one "epoch" of --steps batches at B0): the scheduler then knows
+    # how much work is left, and keeps the job where it is once it reports it has finished.
+    ctx.total_epochs, ctx.dataset_size = 1, int(args.steps * cfg["bsz"])
+    ctx.init_batch_size = ctx.init_batch_size or cfg["bsz"]
     loop = Counter()
     ctx.register(loop)
     teacher = Teacher(cfg, args.seed)
@@ -155,6 +159,9 @@ def main() -> None:
                 "time": time.time(),
             }
             print(json.dumps({"demo": record}), flush=True)
+    # A final checkpoint: a stop that lands while the process exits resumes here and ends at
+    # once, instead of redoing the steps since the last resize.
+    ctx.save()
     if adp.reporter is not None:
         adp.reporter.stop(flush=True)
     if rank == 0:

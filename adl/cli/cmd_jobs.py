@@ -203,7 +203,7 @@ def describe_text(v: JobView) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(context_settings={"allow_interspersed_args": False})
+    @app.command()
     def submit(
         name: Annotated[
             str | None, typer.Argument(help="job name (or metadata.name of -f)")

@@ -111,6 +111,22 @@ def job_info(
     )
 
 
+def finishing(status: AdaptiveJobStatus) -> bool:
+    """The job reported all of its declared work done: it is saving and exiting. Moving it now
+    would only kill a finished run in its exit path and restart it from an older checkpoint."""
+    h = status.hints
+    return h is not None and h.total_progress is not None and h.progress >= h.total_progress
+
+
+def _without(nodes: Sequence[NodeInfo], held: Sequence[str]) -> list[NodeInfo]:
+    """``nodes`` with the slots in ``held`` (one node name per replica) taken out."""
+    out = []
+    for n in nodes:
+        free = max(n.gpus - sum(1 for h in held if h == n.name), 0)
+        out.append(NodeInfo(n.name, free, n.preemptible))
+    return out
+
+
 def _current(record: JobRecord) -> list[str]:
     """What the job holds now: the desired allocation if one was set, else the running one."""
     return list(record.desired if record.desired is not None else record.status.allocation)
@@ -127,12 +143,20 @@ def plan_round(
     same ``speedups`` cache every round to keep the policy's per-job work warm."""
     ordered = sorted(jobs, key=lambda r: (r.created, r.key))
     live = [r for r in ordered if participates(r.spec, r.status)]
-    infos = [job_info(r, now, order, speedups) for order, r in enumerate(live)]
+    # finishing jobs keep what they hold; the policy shares out the rest
+    pinned = {r.key for r in live if finishing(r.status) and _current(r)}
+    movable = [r for r in live if r.key not in pinned]
+    infos = [job_info(r, now, order, speedups) for order, r in enumerate(movable)]
     if speedups is not None:
         speedups.sweep()
     previous = {r.key: _current(r) for r in live}
-    raw = policy.optimize(infos, nodes, previous) if infos else {}
-    allocation = {r.key: list(raw.get(r.key, [])) for r in live}
+    held = [n for k in pinned for n in previous[k]]
+    free_nodes = _without(nodes, held) if held else list(nodes)
+    moving_prev = {r.key: previous[r.key] for r in movable}
+    raw = policy.optimize(infos, free_nodes, moving_prev) if infos else {}
+    allocation = {
+        r.key: previous[r.key] if r.key in pinned else list(raw.get(r.key, [])) for r in live
+    }
     changed = {k: v for k, v in allocation.items() if v != previous[k]}
     # finished / suspended jobs that still have a desired allocation give it back
     for r in ordered:

@@ -24,6 +24,8 @@ from typing import Any
 
 #: Exit code of a worker that checkpointed and stopped on request (128 + SIGTERM).
 STOPPED = 143
+#: Exit code recorded for a rank whose command could not be started (as a shell reports it).
+NOT_STARTED = 127
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -63,23 +65,44 @@ def run(plan: dict[str, Any]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     started = time.time()
+    failure = ""
     for rank in plan["ranks"]:
         log_path = Path(rank["log"])
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             log.write(f"=== group {plan.get('group')} rank {rank['rank']} ===\n".encode())
             log.flush()
-            procs.append(
-                subprocess.Popen(
-                    rank["argv"],
-                    env=rank["env"],
-                    cwd=plan.get("cwd") or None,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+            try:
+                procs.append(
+                    subprocess.Popen(
+                        rank["argv"],
+                        env=rank["env"],
+                        cwd=plan.get("cwd") or None,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    )
                 )
-            )
-    failure = ""
+            except (OSError, ValueError) as err:
+                # an unstartable command is the rank's failure (exit 127 like a shell), with
+                # the reason in its log, not a crash of the shim that reads as a SIGKILL
+                argv0 = (rank["argv"] or [""])[0]
+                log.write(f"cannot start {argv0!r}: {err}\n".encode())
+                failure = f"rank {rank['rank']} could not start: {err}"
+                break
+    if failure:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        codes = [p.returncode for p in procs]
+        codes += [NOT_STARTED] * (len(plan["ranks"]) - len(codes))
+        write_atomic(
+            Path(plan["result"]),
+            json.dumps({"codes": codes, "started": started, "ended": time.time(),
+                        "failure": failure, "killed": False}),
+        )  # fmt: skip
+        return 0
     killed = False
     while any(p.poll() is None for p in procs):
         codes = [p.returncode for p in procs]

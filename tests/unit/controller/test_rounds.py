@@ -148,6 +148,35 @@ def test_round_skips_finished_and_suspended_and_orders_by_age() -> None:
     assert result.jobs == 2
 
 
+def test_a_job_that_reported_all_its_work_done_keeps_its_slots() -> None:
+    """It is exiting: moving it would kill a finished run and restart it from an older
+    checkpoint. The policy shares out only the other slots."""
+    policy = FakePolicy()
+    done = HINTS.model_copy(update={"progress": 1000.0, "total_progress": 1000.0})
+    almost = HINTS.model_copy(update={"progress": 999.0, "total_progress": 1000.0})
+    jobs = [
+        record("exiting", age_s=100, spec={"max_replicas": 4}, phase=Phase.RUNNING,
+               allocation=["n0", "n0"], desired=["n0", "n0"], hints=done),
+        record("busy", age_s=90, spec={"max_replicas": 4}, phase=Phase.RUNNING,
+               allocation=["n0"], desired=["n0"], hints=almost),
+        record("new", age_s=10, spec={"max_replicas": 4}),
+    ]  # fmt: skip
+    result = plan_round(policy, jobs, [NodeInfo("n0", 4), NodeInfo("n1", 1)], NOW)
+    ((infos, nodes, previous),) = policy.calls
+    assert [i.name for i in infos] == ["ns/busy", "ns/new"]
+    assert [(n.name, n.gpus) for n in nodes] == [("n0", 2), ("n1", 1)]
+    assert "ns/exiting" not in previous
+    assert result.allocation["ns/exiting"] == ["n0", "n0"]
+    assert "ns/exiting" not in result.changed
+    assert result.allocation["ns/busy"] == ["n0", "n0", "n1"]
+    # without a declared total, nothing is pinned
+    free = HINTS.model_copy(update={"progress": 5000.0, "total_progress": None})
+    policy2 = FakePolicy()
+    jobs2 = [record("x", phase=Phase.RUNNING, allocation=["n0"], desired=["n0"], hints=free)]
+    plan_round(policy2, jobs2, [NodeInfo("n0", 4)], NOW)
+    assert [i.name for i in policy2.calls[0][0]] == ["ns/x"]
+
+
 def test_unchanged_allocation_is_not_reported() -> None:
     jobs = [record("a", spec={"max_replicas": 2}, desired=["n0", "n0"])]
     result = plan_round(FakePolicy(), jobs, [NodeInfo("n0", 2)], NOW)

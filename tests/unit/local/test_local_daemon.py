@@ -87,11 +87,13 @@ def test_delete_stops_workers_and_forgets_the_job(daemon_factory, backend, home)
     wait_for(lambda: _phase(backend, "x") == Phase.RUNNING and "start" in _log(home, "x"))
     pid = d.store.groups("default/x")[0].pid
     backend.delete("x", "default")
-    wait_for(lambda: not [v for v in backend.list() if v.name == "x"])
+    assert not [v for v in backend.list() if v.name == "x"]  # hidden at once
+    # the row goes last, after the workers stopped and the files were removed
+    wait_for(lambda: "default/x" not in d.store.revisions(), timeout=30)
     from adl.local.shim import proc_start_ticks
 
     assert pid is not None
-    wait_for(lambda: proc_start_ticks(pid) is None, timeout=5)
+    assert proc_start_ticks(pid) is None
     assert not (home / "jobs/default/x").exists()
 
 
@@ -111,3 +113,14 @@ def test_a_job_waits_until_another_jobs_group_gave_its_slots_back(
     # b's group started only after a's 2-replica group had exited
     assert ga[0].replicas == 2 and ga[0].ended is not None
     assert gb[0].started >= ga[0].ended - 0.2
+
+
+def test_a_command_that_cannot_start_fails_with_that_reason(daemon_factory, backend) -> None:
+    daemon_factory(FixedPolicy())
+    spec = counter_spec(max_restarts=0)
+    spec.template["spec"]["containers"][0]["command"] = ["/nonexistent/trainer", "--x"]
+    backend.submit("n", "default", spec)
+    wait_for(lambda: _phase(backend, "n") == Phase.FAILED, timeout=30)
+    text = describe_text(backend.get("n", "default"))
+    assert "exited with code 127" in text
+    assert "cannot start '/nonexistent/trainer'" in text

@@ -1,0 +1,207 @@
+"""``adl`` job commands against a real local daemon process (the default backend): submit from
+a command and from YAML, ls, describe (with a failure's reason), logs and logs -f, delete, top
+(once and live), and clean one-line errors for bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from local_kit import WORKER, wait_for
+from typer.testing import CliRunner
+
+from adl.cli.main import app
+from adl.local.client import LocalBackend, daemon_pid
+from adl.local.store import Store
+from adl.models import Phase
+
+runner = CliRunner()
+
+
+def adl(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def phase(home: Path, name: str, ns: str = "default") -> Phase | None:
+    b = LocalBackend(home, autostart=False)
+    try:
+        return next((v.status.phase for v in b.list(ns) if v.name == name), None)
+    finally:
+        b.close()
+
+
+def purged(home: Path, key: str) -> bool:
+    """The daemon removed the job's row (it does so last, after its workers and files)."""
+    store = Store(home / "state.db")
+    try:
+        return key not in store.revisions()
+    finally:
+        store.close()
+
+
+def counter(*args: str) -> list[str]:
+    return ["--", sys.executable, str(WORKER), *args]
+
+
+def test_submit_ls_describe_logs_delete(adl_home: Path, daemon: int) -> None:
+    code, out, err = adl("submit", "counter", "--min", "1", "--max", "2",
+                         *counter("--steps", "6"))  # fmt: skip
+    assert code == 0, err
+    assert "job default/counter submitted" in out
+    wait_for(lambda: phase(adl_home, "counter") == Phase.SUCCEEDED, timeout=60)
+
+    code, out, _ = adl("ls")
+    assert code == 0
+    row = next(line for line in out.splitlines() if "counter" in line)
+    assert "Succeeded" in row and "(1-2)" in row
+
+    code, out, _ = adl("describe", "counter")
+    assert code == 0
+    assert "Name:         counter" in out
+    assert "Phase:        Succeeded" in out
+    assert "Replicas:     min 1, max 2" in out
+    assert "Submitted" in out and "Events:" in out
+    # options after NAME are adl's; everything after -- is the command, verbatim
+    assert f"Command:      {sys.executable} {WORKER} --steps 6" in out
+
+    code, out, _ = adl("logs", "counter")
+    assert code == 0
+    assert "start group=1 rank=0 world=1 step=0" in out
+    assert "done group=1 rank=0 step=6" in out
+
+    code, out, _ = adl("delete", "counter")
+    assert code == 0 and "deleted" in out
+    wait_for(lambda: purged(adl_home, "default/counter"), timeout=30)
+    code, out, _ = adl("ls")
+    assert code == 0 and "no jobs" in out
+    code, _, err = adl("describe", "counter")
+    assert code == 1 and "not found" in err
+    assert not (adl_home / "jobs" / "default" / "counter").exists()
+
+
+def test_submit_from_yaml_takes_name_and_namespace_from_the_manifest(
+    adl_home: Path, daemon: int, tmp_path: Path
+) -> None:
+    manifest = {
+        "apiVersion": "adl.dev/v1",
+        "kind": "AdaptiveJob",
+        "metadata": {"name": "from-yaml", "namespace": "team-a"},
+        "spec": {
+            "minReplicas": 1,
+            "maxReplicas": 3,
+            "maxRestarts": 2,
+            "template": {"spec": {"containers": [
+                {"name": "trainer", "command": [sys.executable, str(WORKER), "--steps", "4"]}
+            ]}},
+        },
+    }  # fmt: skip
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    code, out, err = adl("submit", "-f", str(path))
+    assert code == 0, err
+    assert "job team-a/from-yaml submitted" in out
+    wait_for(lambda: phase(adl_home, "from-yaml", "team-a") == Phase.SUCCEEDED, timeout=60)
+    code, out, _ = adl("describe", "from-yaml", "-n", "team-a")
+    assert code == 0
+    assert "Namespace:    team-a" in out and "MaxRestarts:  2" in out
+    code, out, _ = adl("ls", "-n", "team-a")
+    assert "team-a/from-yaml" in out
+
+
+def test_logs_follow_streams_until_the_job_ends(adl_home: Path, daemon: int) -> None:
+    code, _, err = adl("submit", "follow", *counter("--steps", "30", "--step-s", "0.05"))
+    assert code == 0, err
+    wait_for(lambda: phase(adl_home, "follow") in (Phase.RUNNING, Phase.SUCCEEDED), timeout=60)
+    t0 = time.monotonic()
+    code, out, _ = adl("logs", "follow", "-f")
+    assert code == 0
+    assert time.monotonic() - t0 < 60
+    # -f returned by itself: the job had finished and the whole log was printed
+    assert phase(adl_home, "follow") == Phase.SUCCEEDED
+    assert out.rstrip().endswith("done group=1 rank=0 step=30")
+
+
+def test_a_failed_job_shows_its_reason_in_describe(adl_home: Path, daemon: int) -> None:
+    code, _, err = adl("submit", "crashy", "--max-restarts", "1", *counter("--crash-always"))
+    assert code == 0, err
+    wait_for(lambda: phase(adl_home, "crashy") == Phase.FAILED, timeout=60)
+    code, out, _ = adl("describe", "crashy")
+    assert code == 0
+    assert "Phase:        Failed" in out
+    reason = next(line for line in out.splitlines() if line.startswith("Reason:"))
+    assert "maxRestarts=1" in reason and "exited with code 3" in reason
+    assert "crashing on purpose" in reason  # the worker's last words
+    assert "failure:2" in out  # restarts by cause
+
+
+def test_top_once_and_live(adl_home: Path, daemon: int) -> None:
+    code, _, err = adl("submit", "watched", *counter("--steps", "2000", "--step-s", "0.05"))
+    assert code == 0, err
+    wait_for(lambda: phase(adl_home, "watched") == Phase.RUNNING, timeout=60)
+    code, out, _ = adl("top", "--once")
+    assert code == 0
+    header = out.splitlines()[0].split()
+    assert header == ["JOB", "PHASE", "REPLICAS", "BATCH", "GOODPUT", "RESTARTS", "AGE"]
+    assert "watched" in out and "Running" in out
+
+    # live: a separate process refreshing until interrupted
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adl.cli.main", "top", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    try:
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "watched" in out and "Running" in out
+    assert adl("delete", "watched")[0] == 0
+    wait_for(lambda: purged(adl_home, "default/watched"), timeout=30)
+
+
+def test_submit_starts_the_daemon_on_demand(adl_home: Path) -> None:
+    assert daemon_pid(adl_home) is None
+    code, _, err = adl("submit", "auto", *counter("--steps", "3"))
+    assert code == 0, err
+    pid = daemon_pid(adl_home)
+    assert pid is not None and pid > 0
+    wait_for(lambda: phase(adl_home, "auto") == Phase.SUCCEEDED, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("submit", "bad", "--min", "3", "--max", "2", "--", "python", "x.py"), "maxReplicas"),
+        (("submit", "nothing"), "nothing to run"),
+        (("submit", "Bad_Name", "--", "python", "x.py"), "invalid job name"),
+        (("submit", "both", "-f", "job.yaml", "--", "python"), "either -f FILE or a command"),
+        (("submit", "-f", "/nonexistent/job.yaml"), "cannot read"),
+        (("submit", "e", "--env", "NOVALUE", "--", "python"), "NAME=VALUE"),
+    ],
+)
+def test_bad_input_is_one_clear_line(adl_home: Path, args: tuple[str, ...], message: str) -> None:
+    code, out, err = adl(*args)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err + out
+    assert len(err.strip().splitlines()) <= 3  # one message (rich may wrap it)
+    assert daemon_pid(adl_home) is None  # nothing was submitted, no daemon started
+
+
+def test_unknown_job_commands_fail_cleanly(adl_home: Path, daemon: int) -> None:
+    for cmd in (("describe", "ghost"), ("logs", "ghost"), ("delete", "ghost")):
+        code, _, err = adl(*cmd)
+        assert code == 1 and "default/ghost not found" in err, cmd
