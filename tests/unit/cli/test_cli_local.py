@@ -1,0 +1,90 @@
+"""``adl local up/status/down`` with a real daemon process, and the default backend choice
+(local unless a kube context is configured)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from adl.cli.backend import BackendError
+from adl.cli.backends import BackendKind, get_backend, resolve_kind
+from adl.cli.main import app
+from adl.local.client import LocalBackend, daemon_pid
+from adl.local.shim import proc_start_ticks
+
+runner = CliRunner()
+
+
+def adl(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_local_up_status_down(adl_home: Path) -> None:
+    code, out = adl("local", "status")
+    assert code == 0 and "stopped" in out
+
+    code, out = adl("local", "up", "--slots", "3", "--round-s", "1")
+    assert code == 0 and "adl daemon started" in out and str(adl_home) in out
+    pid = daemon_pid(adl_home)
+    assert pid is not None and pid > 0 and proc_start_ticks(pid) is not None
+
+    code, out = adl("local", "status")
+    assert code == 0
+    assert f"running (pid {pid})" in out
+    assert "slots:   3" in out
+    assert "api:     http://127.0.0.1:" in out
+
+    code, out = adl("local", "up")
+    assert code == 0 and "already running" in out and daemon_pid(adl_home) == pid
+
+    code, out = adl("local", "down")
+    assert code == 0 and "adl daemon stopped" in out
+    assert daemon_pid(adl_home) is None
+    code, out = adl("local", "down")
+    assert code == 0 and "no adl daemon running" in out
+
+
+def test_local_up_with_an_explicit_home(tmp_path: Path, adl_home: Path) -> None:
+    other = tmp_path / "elsewhere"
+    try:
+        code, out = adl("local", "up", "--home", str(other), "--slots", "2")
+        assert code == 0 and str(other) in out
+        assert daemon_pid(other) is not None
+        assert daemon_pid(adl_home) is None  # $ADL_HOME untouched
+    finally:
+        assert adl("local", "down", "--home", str(other))[0] == 0
+    assert daemon_pid(other) is None
+
+
+def _kubeconfig(tmp_path: Path, context: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"apiVersion: v1\nkind: Config\ncurrent-context: {context}\n")
+    return path
+
+
+def test_local_is_the_default_without_a_kube_context(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}  # no ~/.kube/config there
+    assert resolve_kind(None, env) is BackendKind.LOCAL
+    env["KUBECONFIG"] = str(_kubeconfig(tmp_path, '""'))
+    assert resolve_kind(None, env) is BackendKind.LOCAL  # a kubeconfig without a context
+
+
+def test_a_kube_context_or_the_flag_picks_the_backend(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "KUBECONFIG": str(_kubeconfig(tmp_path, "kind-adl"))}
+    assert resolve_kind(None, env) is BackendKind.K8S
+    assert resolve_kind("local", env) is BackendKind.LOCAL
+    assert resolve_kind(None, {**env, "ADL_BACKEND": "local"}) is BackendKind.LOCAL
+    assert resolve_kind(None, {"HOME": str(tmp_path), "KUBERNETES_SERVICE_HOST": "10.0.0.1"}) is (
+        BackendKind.K8S
+    )
+    with pytest.raises(BackendError, match="unknown backend 'nomad'"):
+        resolve_kind("nomad", env)
+
+
+def test_get_backend_returns_the_local_backend_on_adl_home(adl_home: Path) -> None:
+    backend = get_backend()
+    assert isinstance(backend, LocalBackend)
+    assert backend.home == adl_home
