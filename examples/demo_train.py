@@ -106,6 +106,9 @@ def main() -> None:
     parser.add_argument("--max-scale", type=int, default=8, help="largest batch / B0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds per step")
+    parser.add_argument(
+        "--declare-length", action="store_true", help="report --steps as the run's total work"
+    )
     args = parser.parse_args()
     cfg = KINDS[args.kind]
 
@@ -126,10 +129,11 @@ def main() -> None:
         local_bsz_bounds=(cfg["bsz"], cfg["bsz"]),
         gradient_accumulation=False,
     )
-    # Declare the run's length (one "epoch" of --steps batches at B0): the scheduler then knows
-    # how much work is left, and keeps the job where it is once it reports it has finished.
-    ctx.total_epochs, ctx.dataset_size = 1, int(args.steps * cfg["bsz"])
-    ctx.init_batch_size = ctx.init_batch_size or cfg["bsz"]
+    if args.declare_length:
+        # one "epoch" of --steps batches at B0: the scheduler then knows how much work is left
+        # (it resizes a short job less, since a restart would not pay back)
+        ctx.total_epochs, ctx.dataset_size = 1, int(args.steps * cfg["bsz"])
+        ctx.init_batch_size = ctx.init_batch_size or cfg["bsz"]
     loop = Counter()
     ctx.register(loop)
     teacher = Teacher(cfg, args.seed)

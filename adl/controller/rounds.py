@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
-from adl.sched.hints import remaining_seconds, speedup_from_hints
+from adl.sched.hints import goodput_from_hints, remaining_seconds, speedup_from_hints
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, SpeedupFn
 
 #: Restart cost assumed before a job has measured its own (seconds).
@@ -109,6 +109,27 @@ def job_info(
         gpus_per_replica=spec.gpus_per_replica,
         submit_order=order,
     )
+
+
+def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> float | None:
+    """Goodput (scale-invariant steps per second) of the job as it runs now, for ``top`` and
+    the metrics: the job's own figure when it sent one, else its reported throughput and noise
+    model evaluated at its current replicas and batch; None before it reported a model."""
+    if hints is None:
+        return None
+    if hints.goodput is not None:
+        return hints.goodput
+    fn = goodput_from_hints(hints)
+    if fn is None or replicas < 1:
+        return None
+    accum = hints.accum_steps or 0
+    local = hints.local_bsz or (
+        hints.batch_size // (replicas * (accum + 1)) if hints.batch_size else None
+    )
+    if not local:
+        return None
+    value = float(fn.evaluate(max(num_nodes, 1), replicas, local, accum))
+    return value if value >= 0 and value == value else None  # drop NaN
 
 
 def finishing(status: AdaptiveJobStatus) -> bool:

@@ -4,11 +4,14 @@ the scheduler growing a job from those hints, and every job finishing with a fal
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from adl.cli.cmd_demo import run_demo
+from adl.local.processes import group_alive, read_pidfile
 from adl.local.store import Store
 
 pytestmark = pytest.mark.slow
@@ -20,7 +23,13 @@ def test_demo_loop_end_to_end(tmp_path: Path) -> None:
         ("grower", "compute", 1200, 1, 4, 0.0),
         ("late", "small", 400, 1, 2, 20.0),
     )
-    rows = run_demo(home, slots=4, round_s=1.0, timeout_s=400, jobs=jobs, live=False)
+    try:
+        rows = run_demo(home, slots=4, round_s=1.0, timeout_s=400, jobs=jobs, live=False)
+    finally:  # the daemon is stopped by run_demo; workers of a timed-out run are not
+        for pid_file in home.glob("jobs/*/*/groups/g*.pid"):
+            proc = read_pidfile(pid_file)
+            if proc is not None and group_alive(proc):
+                os.killpg(proc.pid, signal.SIGKILL)
     by = {r.name: r for r in rows}
     assert set(by) == {"grower", "late"}
     for r in rows:

@@ -254,3 +254,23 @@ def test_speedup_cache_forgets_jobs_that_left() -> None:
     plan_round(policy, [record("a", hints=HINTS)], nodes, NOW, cache)
     assert len(cache) == 1
     assert policy.calls[1][0][0].speedup is fn_a
+
+
+def test_current_goodput_from_the_reported_model() -> None:
+    from adl.controller.rounds import current_goodput
+    from adl.sched.hints import goodput_from_hints
+
+    assert current_goodput(None, 2) is None
+    assert current_goodput(HINTS.model_copy(update={"perf_params": None}), 2) is None
+    h = HINTS.model_copy(update={"batch_size": 128, "local_bsz": 64, "accum_steps": 0})
+    fn = goodput_from_hints(h)
+    assert fn is not None
+    expected = float(fn.evaluate(1, 2, 64, 0))
+    assert current_goodput(h, 2) == pytest.approx(expected) and expected > 0
+    # without local_bsz, it follows from the global batch and the replicas
+    h2 = h.model_copy(update={"local_bsz": None})
+    assert current_goodput(h2, 2) == pytest.approx(expected)
+    # more replicas at the same local batch: a different (here larger) figure
+    assert current_goodput(h, 4) != pytest.approx(expected)
+    # the job's own figure wins
+    assert current_goodput(h.model_copy(update={"goodput": 7.5}), 2) == 7.5
