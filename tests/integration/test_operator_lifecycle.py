@@ -366,3 +366,20 @@ async def test_unschedulable_pod_is_a_reason_then_a_failure(
     assert st["reason"] == "Unschedulable" and message in st["message"]
     assert "not running after" in st["message"]
     await eventually(lambda: not alive(k8s) or None, what="the pending pod deleted")
+
+
+async def test_invalid_spec_fails_with_the_reason_and_is_never_scheduled(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator
+) -> None:
+    """A spec the API server's schema would reject (kmock enforces none) is Failed with the
+    validation message; the round leaves it out and no pod is made."""
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body(minReplicas=5, maxReplicas=2))
+    st = await eventually(lambda: status(k8s).get("phase") == "Failed" and status(k8s))
+    assert st["reason"] == "InvalidSpec" and "minReplicas" in st["message"]
+    assert conditions(k8s)["Failed"]["status"] == "True"
+    await eventually(lambda: "InvalidSpec" in [e["reason"] for e in posted_events(k8s)])
+    await asyncio.sleep(0.8)  # rounds keep running (0.3 s apart) without touching it
+    assert pods_of(k8s) == {} and "adl.dev/allocation" not in (
+        objects(k8s, "adaptivejobs")["train"]["metadata"].get("annotations") or {}
+    )
