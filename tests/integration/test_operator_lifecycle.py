@@ -383,3 +383,38 @@ async def test_invalid_spec_fails_with_the_reason_and_is_never_scheduled(
     assert pods_of(k8s) == {} and "adl.dev/allocation" not in (
         objects(k8s, "adaptivejobs")["train"]["metadata"].get("annotations") or {}
     )
+
+
+async def test_suspend_stops_workers_and_resume_starts_the_next_group(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator
+) -> None:
+    """spec.suspend (what a queue manager flips): workers stop, GPUs go back, no restart is
+    counted; clearing it starts the next group."""
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body())
+    await run_group(k8s, {"train-g1-0"})
+
+    async def set_suspend(value: bool) -> None:
+        await asyncio.to_thread(
+            custom().patch_namespaced_custom_object,
+            "adl.dev",
+            "v1",
+            NS,
+            "adaptivejobs",
+            "train",
+            {"spec": {"suspend": value}},
+            _content_type=MERGE,
+        )
+
+    await set_suspend(True)
+    await eventually(lambda: status(k8s).get("phase") == "Suspended", what="Suspended")
+    await eventually(lambda: not alive(k8s), what="workers stopped")
+    st = status(k8s)
+    assert st["allocation"] == [] and not st.get("restarts")
+    assert conditions(k8s)["Suspended"]["status"] == "True"
+
+    await set_suspend(False)
+    await run_group(k8s, {"train-g2-0"})
+    st = status(k8s)
+    assert st["group"] == 2 and not (st.get("restarts") or {}).get("failure")
+    assert conditions(k8s)["Suspended"]["status"] == "False"
