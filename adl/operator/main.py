@@ -144,4 +144,7 @@ async def run(opts: Options) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # kopf logs every handler and timer success per object at INFO: with a 1 s timer per job
+    # that is a line per job per second. Failures (WARNING and up) still show.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     asyncio.run(run(parse_args(argv)))

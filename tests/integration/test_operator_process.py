@@ -107,3 +107,4 @@ async def test_operator_process_serves_api_and_runs_jobs(k8s: Any, tmp_path: Pat
     assert code == 0, f"exit code {code}:\n{output()}"
     # the API's lifespan ended normally (it was not cancelled as one of kopf's tasks)
     assert "Application shutdown complete" in output() and "Traceback" not in output()
+    assert "Timer 'tick' succeeded" not in output()  # no log line per job per second
