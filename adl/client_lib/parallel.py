@@ -8,7 +8,8 @@ step, the library:
    a mean over its micro-batch, as usual), so the update is that of one big batch;
 2. measures the gradient's squared norm per parameter group and, against a local gradient taken
    before averaging (a DDP comm hook sees each bucket before the all-reduce; with accumulation,
-   the first micro-batch's gradient; alone, the previous step), updates the noise estimate;
+   the first micro-batch's gradient; alone, the previous step; averaged over the replicas so all
+   ranks share one estimate), updates the noise estimate;
 3. multiplies each group's learning rate by the scaling rule's factor for the step only;
 4. counts progress in scale-invariant steps and, if given a scheduler, steps it once per
    scale-invariant step.
@@ -335,6 +336,12 @@ class AdaptiveDataParallel(nn.Module):
         elif micro == 1 and self.world_size > 1 and self._hook_seen:
             local = self._hook_sq.clone()
         if local is not None and m < batch:
+            if self.world_size > 1:
+                # Average the replicas' local norms: every rank then holds the same statistics
+                # (hence the same LR factor and parameters) and the estimate is less noisy.
+                # One tiny collective; with NCCL it only orders streams, the host does not wait.
+                dist.all_reduce(local)
+                local.div_(self.world_size)
             self.gns.update(local * inv if inv is not None else local, m, global_sq, batch)
         elif micro == 1 and self.world_size == 1:
             self.gns.observe_consecutive(grads, index, batch)

@@ -48,6 +48,8 @@ def main() -> None:
     p.add_argument("--stop-rank", type=int, default=0)
     p.add_argument("--adp", action="store_true")
     p.add_argument("--autoscale", type=int, default=0, help="max batch size (0: fixed)")
+    p.add_argument("--local-max", type=int, default=8, help="largest micro-batch (autoscale)")
+    p.add_argument("--adp-b0", type=int, default=0, help="B0 for AdaptiveDataParallel")
     args = p.parse_args()
 
     ctx = adl.init_process_group("gloo")
@@ -56,9 +58,10 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = adl.AdaptiveDataLoader(Indexed(args.size), batch_size=args.batch, shuffle=args.shuffle)
     if args.autoscale:
-        loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, 8))
+        loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, args.local_max))
     if args.adp:
-        net: nn.Module = adl.AdaptiveDataParallel(model, opt, report=False)
+        b0 = args.adp_b0 or None
+        net: nn.Module = adl.AdaptiveDataParallel(model, opt, init_batch_size=b0, report=False)
     else:
         track("model", model)
         track("optimizer", opt)
@@ -82,6 +85,7 @@ def main() -> None:
                         "ids": ids.tolist(),
                         "local_bsz": ctx.local_bsz,
                         "sync": ctx.is_sync_step,
+                        "progress": getattr(getattr(net, "progress", None), "progress", None),
                     }
                 )
                 + "\n"
@@ -101,7 +105,10 @@ def main() -> None:
     totals = metrics.sync()
     if ctx.rank == 0 and args.params_out is not None:
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        torch.save({"params": state, "samples": totals["samples"]}, args.params_out)
+        progress = net.progress.progress if isinstance(net, adl.AdaptiveDataParallel) else None
+        torch.save(
+            {"params": state, "samples": totals["samples"], "progress": progress}, args.params_out
+        )
     out.close()
 
 

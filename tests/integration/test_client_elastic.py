@@ -46,13 +46,28 @@ def _final_params(tmp_path: Path, name: str, *extra: str, stop_at: int | None) -
     return load_params(out)
 
 
-@pytest.mark.parametrize("extra", [(), ("--autoscale", "32")], ids=["fixed", "autoscale"])
+# ``adp``: AdaptiveDataParallel at twice its B0 with one accumulation step per optimizer step, so
+# the LR factor depends on the checkpointed noise statistics and the resumed run must restore them.
+ADP_ACCUM = ("--adp", "--adp-b0", "4", "--autoscale", "8", "--local-max", "2")
+
+
+@pytest.mark.parametrize(
+    "extra", [(), ("--autoscale", "32"), ADP_ACCUM], ids=["fixed", "autoscale", "adp"]
+)
 def test_stop_and_resume_is_bit_identical_to_uninterrupted(
     tmp_path: Path, extra: tuple[str, ...]
 ) -> None:
     straight = _final_params(tmp_path, "straight", *extra, stop_at=None)
     resumed = _final_params(tmp_path, "resumed", *extra, stop_at=4)
     assert straight["samples"] == resumed["samples"] == 2 * 96
+    assert straight["progress"] == resumed["progress"]
+    if extra == ADP_ACCUM:
+        rows = read_records(tmp_path / "straight" / "rec")
+        assert {r["local_bsz"] for r in rows} == {2}
+        assert [r["sync"] for r in rows[:4]] == [False, True, False, True]  # accumulating
+        # 24 optimizer steps at twice B0, each worth more than one base step: the LR was scaled
+        # with noise statistics that the resumed run had to restore from the checkpoint.
+        assert 24 < straight["progress"] < 48
     for key, value in straight["params"].items():
         assert torch.equal(value, resumed["params"][key]), key
 

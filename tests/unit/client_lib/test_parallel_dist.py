@@ -61,13 +61,19 @@ def _checks(rank: int) -> None:
     loss_fn(probe(xs[mine]), ys[mine]).backward()
     local_sq = _sq(probe)
     assert adp._hook_sq.item() == pytest.approx(local_sq, rel=1e-5)
+    local_sqs = []  # every replica's local norm: the estimate uses their average
+    for r in range(WORLD):
+        probe.zero_grad()
+        loss_fn(probe(xs[r * M : (r + 1) * M]), ys[r * M : (r + 1) * M]).backward()
+        local_sqs.append(_sq(probe))
+    assert local_sqs[rank] == pytest.approx(local_sq)
     probe.zero_grad()
     loss_fn(probe(xs), ys).backward()  # mean over the global batch == average of the replicas
     for p, q in zip(model.parameters(), probe.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad)
     opt.step()
     sqr, tr = unbiased_estimates(
-        torch.tensor([local_sq]), M, torch.tensor([_sq(probe)]), WORLD * M
+        torch.tensor([sum(local_sqs) / WORLD]), M, torch.tensor([_sq(probe)]), WORLD * M
     )
     got = adp.gns.sqr_tr(wait=True)
     assert got is not None  # one observation: the bias-corrected average is that observation
@@ -98,6 +104,22 @@ def _checks(rank: int) -> None:
     torch.testing.assert_close(_flat(model), _flat(ref))
     assert adp.progress.samples == 2 * M + 4 * M
     assert adp.gns.updates == 2
+
+    # 3) AdaScale: the LR factor follows the noise statistics, so every rank must hold the same
+    # statistics (averaged local norms), or the replicas' parameters drift apart.
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    adp = AdaptiveDataParallel(model, opt, init_batch_size=M, report=False)
+    for step in range(2, 8):
+        x, y = _data(step)
+        opt.zero_grad()
+        loss_fn(adp(x[mine]), y[mine]).backward()
+        opt.step()
+    assert adp.gns.updates == 6 and adp.lr_factors[0] != 1.0
+    for shared in (adp.gns._state, _flat(model)):
+        copies = [torch.zeros_like(shared) for _ in range(WORLD)]
+        dist.all_gather(copies, shared)
+        assert torch.equal(copies[0], copies[1])
 
 
 def _worker(rank: int, store: str, errors: str) -> None:
