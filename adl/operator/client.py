@@ -46,7 +46,10 @@ def preflight(
         )
     image = spec.trainer.get("image")
     if not image:
-        errors.append("template.spec.containers[0].image is required on Kubernetes")
+        errors.append(
+            "template.spec.containers[0].image is required on Kubernetes "
+            "(submit an AdaptiveJob manifest with -f FILE)"
+        )
     elif not _IMAGE.match(str(image)):
         errors.append(f"image {image!r} is not a valid image reference")
     if spec.max_replicas > 1 and not spec.trainer.get("command"):
