@@ -17,7 +17,7 @@ EPOCHS = 2
 
 def test_resize_1_to_3_to_2_sees_every_sample_once_per_epoch(tmp_path: Path) -> None:
     ckpt, rec = tmp_path / "ckpt", tmp_path / "rec"
-    common = ("--size", str(SIZE), "--epochs", str(EPOCHS), "--shuffle", "--batch", "12")
+    common = ("--size", str(SIZE), "--epochs", str(EPOCHS), "--shuffle", "--batch", "12", "--adp")
     # 1 replica, stopped mid-epoch 0 (local batch 12).
     assert run_job(1, ckpt, rec, *common, "--stop-at", "3") == [143]
     # 3 replicas (local batch 4), stopped by rank 2 late in epoch 0 / early epoch 1.
