@@ -55,6 +55,11 @@ def test_multi_replica_path_is_unbiased() -> None:
     sqr, tr = unbiased_estimates(local_sq, b, global_sq, replicas * b)
     assert sqr.mean().item() == pytest.approx(SQR, rel=0.05)
     assert tr.mean().item() == pytest.approx(TR, rel=0.05)
+    # What AdaptiveDataParallel feeds it: the local norms averaged over the replicas.
+    averaged = micro.square().sum(-1).mean(1)
+    sqr, tr = unbiased_estimates(averaged, b, global_sq, replicas * b)
+    assert sqr.mean().item() == pytest.approx(SQR, rel=0.05)
+    assert tr.mean().item() == pytest.approx(TR, rel=0.05)
 
 
 @pytest.mark.parametrize("in_place", [False, True])
