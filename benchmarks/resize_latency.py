@@ -94,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--resizes", type=int, default=6)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--fast-exit",
+        action="store_true",
+        help="the worker skips interpreter teardown after its checkpoint (os._exit), to measure "
+        "what ending the library's stop path that way would save",
+    )
     args = parser.parse_args(argv)
 
     home = Path(tempfile.mkdtemp(prefix="adl-resize-"))
@@ -107,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = AdaptiveJobSpec.model_validate(
         {
             "template": {"spec": {"containers": [
-                {"name": "t", "command": [sys.executable, str(WORKER), "1000000"]}
+                {"name": "t", "command": [sys.executable, str(WORKER), "1000000"],
+                 "env": [{"name": "ADL_BENCH_FAST_EXIT", "value": "1" if args.fast_exit else "0"}]}
             ]}},
             "minReplicas": 1,
             "maxReplicas": 4,
@@ -202,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_avg_1m_end": os.getloadavg()[0],
             "resizes": rows,
             "goal_s": 5.0,
+            "fast_exit": args.fast_exit,
         }
         args.json.write_text(json.dumps(payload, indent=2))
     return 0
