@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adl.sched.placement import Cluster, Placement
-from adl.sched.policy_optimism import explorative
 from adl.sched.speedup_table import SpeedupTable
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
 
@@ -85,10 +84,10 @@ class AdlPolicy:
     def __init__(self, seed: int = 0, **knobs: float) -> None:
         self.seed = seed
         self.knobs = Knobs(**knobs)
-        # speedup tables by (id(speedup fn), replicas per node, profiled replicas), each stored
+        # speedup tables by (id(speedup fn), replicas per node, profiled replicas, cap), each stored
         # with its fn (which keeps the id valid)
-        self._tables: dict[tuple[int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
-        self._next_tables: dict[tuple[int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
+        self._tables: dict[tuple[int, int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
+        self._next_tables: dict[tuple[int, int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
 
     # ------------------------------------------------------------------ job weights
 
@@ -120,8 +119,11 @@ class AdlPolicy:
         k = self.knobs
         # A configuration is expected to last as long as the job's past ones did on average
         # (age / (restarts + 1)), at most the horizon: the cost is spread over that lifetime.
+        # Restarts of the ramp-up (1, 2, 4, ... replicas: about log2 of the profiled count) are
+        # expected once and do not count as churn.
         horizon = k.restart_horizon_s
-        lifetime = max(job.age_s, horizon) / (max(job.restarts, 0) + 1)
+        ramp = math.ceil(math.log2(max(job.max_profiled_replicas, 1)))
+        lifetime = max(job.age_s, horizon) / (max(job.restarts - ramp, 0) + 1)
         return max(job.restart_cost_s, 0.0) * horizon / min(lifetime, horizon)
 
     def _penalty(self, restart_s: float, remaining: float, speedup: float) -> float:
@@ -137,16 +139,16 @@ class AdlPolicy:
 
     # ------------------------------------------------------------------ speedups
 
-    def _table(self, job: JobInfo, node_gpus: int) -> SpeedupTable:
+    def _table(self, job: JobInfo, node_gpus: int, cap: int) -> SpeedupTable:
         """The job's speedup table, kept across rounds while its speedup function (and profiled
         replica count) is unchanged: a job's model only changes when it reports new hints."""
         fn = job.speedup
         per_node = max(node_gpus // max(job.gpus_per_replica, 1), 1)
         profiled = job.max_profiled_replicas if self.knobs.optimistic > 0 else 0
-        key = (id(fn), per_node, profiled)
+        key = (id(fn), per_node, profiled, cap)
         entry = self._tables.get(key)
         if entry is None or entry[0] is not fn:
-            entry = (fn, SpeedupTable(explorative(fn, profiled), per_node))
+            entry = (fn, SpeedupTable(fn, per_node, profiled, cap))
         self._next_tables[key] = entry
         return entry[1]
 
@@ -163,7 +165,13 @@ class AdlPolicy:
     def _targets(self, job: _Job, per_node: int) -> list[int]:
         k, cap = job.replicas, job.cap
         lo = max(k + 1, job.info.min_replicas)
-        cand = {lo, min(2 * k, cap)}
+        cand = {lo, cap}
+        # Geometric steps (2k, 4k, ...) look past a dip in the speedup curve (e.g. a job that
+        # is slow on 2 nodes but fast on 4), which one-GPU steps would never cross.
+        step = max(2 * k, lo)
+        while step < cap:
+            cand.add(step)
+            step *= 2
         if per_node > 0:
             cand.add(min(-(-lo // per_node) * per_node, cap))  # fill whole nodes
         return sorted(c for c in cand if lo <= c <= cap)
@@ -227,7 +235,7 @@ class AdlPolicy:
                     remaining=self._remaining(info),
                     prev=prev,
                     prev_key=_key(prev) if prev else None,
-                    table=self._table(info, cluster.max_gpus),
+                    table=self._table(info, cluster.max_gpus, cap),
                     placement={},
                 )
             )

@@ -1,37 +1,51 @@
-"""Per-job speedup lookups for the policy's inner loop: dict hits, filled by few vector calls."""
+"""Per-job speedup lookups for the policy's inner loop: array reads, filled by one vector call.
+
+Two kinds of speedup functions reach the policy:
+
+- a fitted goodput model (:class:`SpeedupFunction`): its speedup depends on the node count only
+  through "one node or several" (sync within a node vs across nodes), so the whole curve is two
+  rows over ``K = 1..cap``, computed at once with the fast batch search of
+  :mod:`adl.sched.policy_goodput`. Above the job's profiled replica count the row is optimistic
+  (see :mod:`adl.sched.policy_optimism`);
+- anything else (the linear prior, test functions): tabulated lazily per (nodes, replicas).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from adl.sched.policy_goodput import best_goodput
+from adl.sched.policy_optimism import frozen_sync
+from adl.sched.speedup import SpeedupFunction
 from adl.sched.types import SpeedupFn
 
 
 class SpeedupTable:
-    """Speedups of one job, filled lazily in contiguous vectorized chunks.
+    """Speedups of one job for the replica counts the policy may give it."""
 
-    Replica counts are tabulated at their tightest packing (``ceil(K / per_node)`` nodes) in
-    chunks that double, so a job holding 2 GPUs costs a handful of entries, not its whole range;
-    any other (nodes, replicas) is computed on demand and remembered.
-    """
+    __slots__ = ("covered", "fn", "per_node", "rows", "values")
 
-    __slots__ = ("covered", "fn", "per_node", "values")
-
-    def __init__(self, fn: SpeedupFn, per_node: int) -> None:
+    def __init__(self, fn: SpeedupFn, per_node: int, profiled: int = 0, cap: int = 0) -> None:
         self.fn = fn
         self.per_node = max(per_node, 1)
         self.values: dict[tuple[int, int], float] = {}
-        self.covered = 0  # every K <= covered is tabulated at its tightest packing
+        self.covered = 0  # generic path: every K <= covered is tabulated at its tightest packing
+        self.rows: np.ndarray | None = None  # fast path: rows[multi-node, K]
+        if isinstance(fn, SpeedupFunction):
+            self.rows = _model_rows(fn, profiled, max(cap, 1))
 
     def get(self, nodes: int, replicas: int, cap: int) -> float:
         if replicas <= 0:
             return 0.0
+        rows = self.rows
+        if rows is not None and replicas < rows.shape[1]:
+            return float(rows[1 if nodes > 1 else 0, replicas])
         key = (nodes, replicas)
         value = self.values.get(key)
         if value is not None:
             return value
         tight = nodes == -(-replicas // self.per_node)
-        if tight and self.covered < replicas <= 2 * self.covered + 8:
+        if rows is None and tight and self.covered < replicas <= 2 * self.covered + 8:
             self._extend(min(max(replicas, 2 * self.covered, 8), max(cap, replicas)))
             return self.values[key]
         value = float(np.asarray(self.fn(nodes, replicas), dtype=np.float64).reshape(-1)[0])
@@ -46,3 +60,23 @@ class SpeedupTable:
             zip(zip(ns.tolist(), ks.tolist(), strict=True), values.tolist(), strict=True)
         )
         self.covered = upto
+
+
+def _model_rows(fn: SpeedupFunction, profiled: int, cap: int) -> np.ndarray:
+    """Speedup on one node (row 0) and across nodes (row 1) for K = 0..cap, relative to the
+    model's own best single-replica goodput."""
+    gf = fn.goodput_fn
+    ks = np.arange(1, cap + 1, dtype=np.float64)
+    ns = np.concatenate([np.ones_like(ks), np.full_like(ks, 2.0)])
+    kk = np.concatenate([ks, ks])
+    good = best_goodput(gf.perf, gf.grad, gf.bounds, ns, kk)
+    if profiled > 0 and cap > profiled:
+        above = kk > profiled
+        hopeful = best_goodput(
+            frozen_sync(gf.perf, profiled), gf.grad, gf.bounds, ns[above], kk[above]
+        )
+        good[above] = np.maximum(good[above], hopeful)
+    base = float(good[0]) if good[0] > 0 else fn.base_goodput
+    rows = np.zeros((2, cap + 1))
+    rows[:, 1:] = good.reshape(2, cap) / max(base, 1e-300)
+    return rows

@@ -1,0 +1,97 @@
+"""The policy's fast speedup tables against the exhaustive goodput search."""
+
+import numpy as np
+import pytest
+
+from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams, PerfParams
+from adl.sched.policy_goodput import best_goodput
+from adl.sched.policy_optimism import frozen_sync
+from adl.sched.speedup import SpeedupFunction
+from adl.sched.speedup_table import SpeedupTable
+
+
+def random_model(rng: np.random.Generator) -> GoodputFunction:
+    perf = PerfParams(
+        alpha_c=float(rng.uniform(1e-3, 0.3)),
+        beta_c=float(10 ** rng.uniform(-4, -1)),
+        alpha_n=float(rng.uniform(0.0, 1.5)),
+        beta_n=float(rng.uniform(0.0, 0.05)),
+        alpha_r=float(rng.uniform(0.0, 0.3)),
+        beta_r=float(rng.uniform(0.0, 0.1)),
+        gamma=float(rng.uniform(1.0, 10.0)),
+    )
+    sqr = float(10 ** rng.uniform(-2, 2))
+    grad = GradParams(sqr=sqr, var=sqr * float(10 ** rng.uniform(-1, 3)))
+    b0 = int(2 ** rng.integers(3, 8))
+    lo = max(b0 // int(2 ** rng.integers(0, 4)), 1)
+    hi = lo * int(2 ** rng.integers(0, 6))
+    bounds = BatchBounds(
+        init_batch_size=b0,
+        max_batch_size=b0 * int(2 ** rng.integers(1, 7)),
+        local_bsz_bounds=(lo, hi),
+        gradient_accumulation=bool(rng.integers(0, 2)),
+    )
+    return GoodputFunction(perf, grad, bounds)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fast_search_matches_exhaustive_search(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        gf = random_model(rng)
+        ks = np.arange(1, 65)
+        ns = np.where(rng.random(64) < 0.5, 1, 1 + ks // 4)
+        exact = gf.optimize(ns, ks).goodput
+        fast = best_goodput(gf.perf, gf.grad, gf.bounds, ns, ks)
+        assert np.array_equal(fast > 0, exact > 0)  # same feasibility
+        ok = exact > 0
+        ratio = fast[ok] / exact[ok]
+        assert np.all(ratio > 0.985)  # never far below the optimum
+        assert np.all(ratio < 1.05)  # and no infeasible shortcut above it
+
+
+def test_frozen_sync_is_never_slower_above_profiled():
+    gf = random_model(np.random.default_rng(3))
+    opt = frozen_sync(gf.perf, 8)
+    ks = np.arange(1, 65)
+    for nodes in (1, 2):
+        ns = np.full(64, nodes)
+        base = best_goodput(gf.perf, gf.grad, gf.bounds, ns, ks)
+        hopeful = best_goodput(opt, gf.grad, gf.bounds, ns, ks)
+        assert np.all(hopeful[8:] >= base[8:] - 1e-12)  # K above the profiled 8
+        assert np.allclose(hopeful[7], base[7])  # K = 8 itself: unchanged
+
+
+def test_table_rows_follow_the_model_and_are_optimistic_only_above_profiled():
+    gf = GoodputFunction(
+        PerfParams(0.01, 0.001, 0.3, 0.05, 0.02, 0.01, 1.5),
+        GradParams(sqr=1.0, var=50.0),
+        BatchBounds(64, 4096, (16, 256)),
+    )
+    fn = SpeedupFunction(gf)
+    table = SpeedupTable(fn, per_node=4, profiled=4, cap=16)
+    assert table.get(1, 1, 16) == pytest.approx(1.0)
+    for k in (2, 3, 4):  # measured range: the model itself
+        assert table.get(1, k, 16) == pytest.approx(float(np.atleast_1d(fn(1, k))[0]), rel=0.015)
+    # Across nodes above the profiled count: at least the model, strictly more where sync grows.
+    for k in (8, 12, 16):
+        assert table.get(k // 4, k, 16) >= float(np.atleast_1d(fn(k // 4, k))[0]) * 0.985
+    assert table.get(4, 16, 16) > float(np.atleast_1d(fn(4, 16))[0]) * 1.05
+    # Node count matters only as one node vs several for a fitted model.
+    assert table.get(2, 8, 16) == table.get(8, 8, 16)
+
+
+def test_generic_functions_are_tabulated_per_node_count():
+    calls = []
+
+    def fn(n, k):
+        calls.append((np.asarray(n).copy(), np.asarray(k).copy()))
+        return np.asarray(k, dtype=float) / np.asarray(n, dtype=float)
+
+    table = SpeedupTable(fn, per_node=4)
+    assert table.get(1, 4, 16) == 4.0
+    assert table.get(2, 4, 16) == 2.0
+    assert table.get(2, 8, 16) == 4.0
+    before = len(calls)
+    assert table.get(2, 8, 16) == 4.0  # cached
+    assert len(calls) == before
