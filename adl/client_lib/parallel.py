@@ -156,8 +156,14 @@ class AdaptiveDataParallel(nn.Module):
         self._hook_sq = torch.zeros(self._groups, dtype=torch.float32, device=device)
         self._hook_seen = False
         self._bucket_index: dict[tuple[int, int, int], Tensor] = {}
+        # The replicas' local norms, being summed while the gradients are all-reduced.
+        self._shared_local: tuple[Any, Tensor] | None = None
 
         if self.world_size > 1:
+            # Gradients as views of the communication buckets: DDP then skips copying them in
+            # and out of the buckets, which pays for the passes the noise statistics need
+            # (with a comm hook, DDP can no longer fold the 1/K scaling into that copy).
+            ddp_kwargs.setdefault("gradient_as_bucket_view", True)
             self.module: nn.Module = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
             # DDP inspects hook annotations, which postponed evaluation turns into strings.
             self.module.register_comm_hook(None, lambda state, bucket: self._comm_hook(bucket))
@@ -250,7 +256,36 @@ class AdaptiveDataParallel(nn.Module):
             self._hook_seen = True
         buf.div_(self.world_size)
         fut = dist.all_reduce(buf, async_op=True).get_future()
+        if bucket.is_last():  # every bucket's local norm is in: share them, in the same stream
+            self._share_local_norms()
         return fut.then(lambda f: f.value()[0])
+
+    def _share_local_norms(self) -> None:
+        """Start summing the replicas' local norms, overlapped with the gradient all-reduce.
+
+        Every rank averages the same values, so all hold one noise estimate (hence the same LR
+        factor and parameters). Issued on every synchronizing backward by every rank, with a
+        count of the ranks that had a local norm, so that no rank can skip the collective.
+        """
+        if self._shared_local is not None:  # a skipped step (e.g. GradScaler found infs)
+            self._shared_local[0].wait()
+        local = self._hook_sq if self._micro == 1 and self._hook_seen else self._pending_local
+        buf = torch.zeros(self._groups + 1, dtype=torch.float32, device=self._hook_sq.device)
+        if local is not None:
+            buf[: self._groups].copy_(local)
+            buf[self._groups] = 1.0
+        self._shared_local = (dist.all_reduce(buf, async_op=True), buf)
+
+    def _replica_mean_local(self) -> Tensor | None:
+        """The average of the replicas' local norms (NaN, hence ignored, if one had none)."""
+        shared, self._shared_local = self._shared_local, None
+        if shared is None:
+            return None
+        work, buf = shared
+        work.wait()  # finished with the gradients; with NCCL it only orders the streams
+        world = float(self.world_size)
+        mean = buf[: self._groups] / world
+        return torch.where(buf[self._groups] == world, mean, torch.full_like(mean, math.nan))
 
     def _bucket_groups(self, bucket: dist.GradBucket) -> Tensor:
         params = bucket.parameters()
@@ -331,17 +366,11 @@ class AdaptiveDataParallel(nn.Module):
         global_sq = grouped_sq_norms(grads, index, self._groups)
         inv = self._inv_scale_sq()
         local: Tensor | None = None
-        if micro > 1 and self._pending_local is not None:
+        if self.world_size > 1:
+            local = self._replica_mean_local()
+        elif micro > 1:
             local = self._pending_local
-        elif micro == 1 and self.world_size > 1 and self._hook_seen:
-            local = self._hook_sq.clone()
         if local is not None and m < batch:
-            if self.world_size > 1:
-                # Average the replicas' local norms: every rank then holds the same statistics
-                # (hence the same LR factor and parameters) and the estimate is less noisy.
-                # One tiny collective; with NCCL it only orders streams, the host does not wait.
-                dist.all_reduce(local)
-                local.div_(self.world_size)
             self.gns.update(local * inv if inv is not None else local, m, global_sq, batch)
         elif micro == 1 and self.world_size == 1:
             self.gns.observe_consecutive(grads, index, batch)
