@@ -47,12 +47,11 @@ def grouped_sq_norms(grads: Sequence[Tensor], group_index: Tensor | None, groups
     """
     if not grads:
         raise ValueError("no gradients to measure")
-    norms = torch._foreach_norm(list(grads), 2, torch.float32)
-    sq = torch.stack(norms).square()
+    norms = torch.stack(torch._foreach_norm(list(grads), 2, torch.float32))
     if groups == 1 or group_index is None:
-        return sq.sum().reshape(1)
-    out = torch.zeros(groups, dtype=torch.float32, device=sq.device)
-    return out.index_add_(0, group_index, sq)
+        return torch.dot(norms, norms).reshape(1)  # one kernel for the sum of squares
+    out = torch.zeros(groups, dtype=torch.float32, device=norms.device)
+    return out.index_add_(0, group_index, norms.square())
 
 
 class HostMirror:
@@ -110,20 +109,56 @@ class GradientNoiseEstimator:
         self._prev_sq: Tensor | None = None
         self._prev_bsz: float | None = None
         self._owns_prev = False  # whether _prev is our own copy (else the old .grad tensors)
+        self._one = torch.ones(1, dtype=torch.float32, device=self.device)
+        self._coefs: dict[tuple[float, float, float, float], Tensor] = {}
         self.updates = 0
 
     # ------------------------------------------------------------------ device-side updates
 
+    def _coefficients(self, b: float, big: float, l_scale: float, g_scale: float) -> Tensor:
+        """The linear map ``[L, G, 1] -> [sqr, tr, 1]`` of :func:`unbiased_estimates`, cached on
+        the device (the batch sizes rarely change), so an update is a handful of kernels."""
+        key = (b, big, l_scale, g_scale)
+        coef = self._coefs.get(key)
+        if coef is None:
+            g = self.groups
+            m = torch.zeros(2 * g + 1, 2 * g + 1, dtype=torch.float64)
+            c_tr = 1.0 / (1.0 / b - 1.0 / big)
+            for i in range(g):
+                m[i, i] = -b / (big - b) * l_scale
+                m[i, g + i] = big / (big - b) * g_scale
+                m[g + i, i] = c_tr * l_scale
+                m[g + i, g + i] = -c_tr * g_scale
+            m[2 * g, 2 * g] = 1.0
+            if len(self._coefs) > 32:
+                self._coefs.clear()
+            coef = self._coefs[key] = m.to(dtype=torch.float32, device=self.device)
+        return coef
+
     def update(
-        self, local_sq: Tensor, local_bsz: float, global_sq: Tensor, global_bsz: float
+        self,
+        local_sq: Tensor,
+        local_bsz: float,
+        global_sq: Tensor,
+        global_bsz: float,
+        *,
+        local_scale: float = 1.0,
+        global_scale: float = 1.0,
     ) -> None:
-        """Fold one observation into the averages; non-finite observations are ignored."""
-        sqr, tr = unbiased_estimates(local_sq, local_bsz, global_sq, global_bsz)
-        obs = torch.cat([sqr, tr, torch.ones(1, dtype=torch.float32, device=self.device)])
-        theta = math.exp(-float(global_bsz) / self.memory_samples)
-        new = theta * self._state + (1.0 - theta) * obs
-        ok = torch.isfinite(obs).all()
-        self._state = torch.where(ok, new, self._state)
+        """Fold one observation into the averages; non-finite observations are ignored.
+
+        The norms may come pre-scaled: ``local_scale * local_sq`` and ``global_scale *
+        global_sq`` are the squared norms of the mean gradients over ``local_bsz`` and
+        ``global_bsz`` samples (the scales fold into the estimator's linear map for free).
+        """
+        b, big = float(local_bsz), float(global_bsz)
+        if not 0 < b < big:
+            raise ValueError(f"need 0 < local_bsz < global_bsz, got {b} and {big}")
+        x = torch.cat([local_sq.reshape(-1), global_sq.reshape(-1), self._one])
+        obs = self._coefficients(b, big, local_scale, global_scale) @ x  # [sqr, tr, 1]
+        weight = 1.0 - math.exp(-big / self.memory_samples)
+        new = torch.lerp(self._state, obs, weight)
+        self._state = torch.where(torch.isfinite(obs).all(), new, self._state)
         self.updates += 1
 
     def observe_consecutive(
@@ -152,9 +187,12 @@ class GradientNoiseEstimator:
                 paired = False  # and the buffer is the live gradient: take a copy below
             else:
                 torch._foreach_add_(prev, grads)  # in place: no gradient-sized allocation
-                mean_sq = grouped_sq_norms(prev, group_index, self.groups) / 4.0
-                local_sq = (cur_sq + self._prev_sq) / 2.0
-                self.update(local_sq, batch_size, mean_sq, 2.0 * batch_size)
+                sum_sq = grouped_sq_norms(prev, group_index, self.groups)  # 4 x |mean|^2
+                both_sq = cur_sq + self._prev_sq  # 2 x the mean local norm
+                self.update(
+                    both_sq, batch_size, sum_sq, 2.0 * batch_size,
+                    local_scale=0.5, global_scale=0.25,
+                )
         if self._owns_prev:
             if paired and prev is not None:
                 torch._foreach_copy_(prev, grads)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import logging
 import math
 import os
@@ -33,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from adl.client_lib.context import get_context, has_context
 from adl.client_lib.gns import GradientNoiseEstimator, grouped_sq_norms
 from adl.client_lib.profile import Profile
 from adl.client_lib.reporter import HintsReporter, build_hints
@@ -50,17 +50,7 @@ Tensor = torch.Tensor
 
 def _context() -> Any | None:
     """The process-wide job context, when the in-job library has one (else None)."""
-    try:
-        ctx_mod = importlib.import_module("adl.client_lib.context")
-    except ImportError:
-        return None
-    getter = getattr(ctx_mod, "get_context", None)
-    if getter is None:
-        return None
-    try:
-        return getter()
-    except Exception:  # no process group initialized yet: run without one
-        return None
+    return get_context() if has_context() else None
 
 
 def _ctx_attr(ctx: Any | None, name: str, default: Any) -> Any:

@@ -17,14 +17,20 @@ from typing import Any
 import torch
 
 from adl.sched.goodput import GradParams
-from adl.sched.goodput import gain as _gain_array
 
 
 def adascale_gain(scale: float, grad: GradParams | None) -> float:
-    """Steps at B0 that one step at ``scale * B0`` is worth; 1 without statistics."""
+    """Steps at B0 that one step at ``scale * B0`` is worth; 1 without statistics.
+
+    The scalar form of :func:`adl.sched.goodput.gain` (same formula, checked against it by the
+    tests): it runs every optimizer step, where numpy's per-call cost would show.
+    """
     if grad is None or scale <= 0:
         return 1.0
-    return float(_gain_array(grad, scale))
+    var, sqr = max(grad.var, 0.0), max(grad.sqr, 0.0)
+    if var + sqr <= 0.0:
+        return 1.0
+    return (var + sqr) / (var / scale + sqr)
 
 
 @dataclass

@@ -203,3 +203,15 @@ def test_host_mirror_returns_the_latest_push() -> None:
     assert mirror.read() == [1.0, 2.0]
     mirror.push(torch.tensor([3.0, 4.0]))
     assert mirror.read(wait=True) == [3.0, 4.0]
+
+
+def test_update_is_the_unbiased_solution_with_prescaled_norms() -> None:
+    est = GradientNoiseEstimator(groups=2, memory_samples=1e6)
+    local, glob = torch.tensor([3.0, 5.0]), torch.tensor([2.0, 1.5])
+    est.update(local, 8, glob, 32, local_scale=0.5, global_scale=0.25)
+    est.publish()
+    got = est.sqr_tr()
+    sqr, tr = unbiased_estimates(local * 0.5, 8, glob * 0.25, 32)
+    assert got is not None
+    assert got[0] == pytest.approx(sqr.tolist(), rel=1e-5)
+    assert got[1] == pytest.approx(tr.tolist(), rel=1e-5)

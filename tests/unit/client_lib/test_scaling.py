@@ -139,3 +139,13 @@ def test_without_lr_scaling_8x_batch_wastes_most_of_its_samples() -> None:
     plain = _train(8 * B0, 0.05, max_steps=2000, rule=Unscaled())
     assert base is not None and plain is not None
     assert plain[1] > 0.7 * base[1]
+
+
+@pytest.mark.parametrize(
+    "grad", [GradParams(2.0, 6.0), GradParams(-1.0, 3.0), GradParams(5.0, -2.0), GradParams(0, 0)]
+)
+def test_gain_is_the_schedulers_gain(grad: GradParams) -> None:
+    from adl.sched.goodput import gain
+
+    for scale in (0.5, 1.0, 3.0, 100.0):
+        assert adascale_gain(scale, grad) == pytest.approx(float(gain(grad, scale)), rel=1e-12)
