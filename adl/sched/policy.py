@@ -52,6 +52,8 @@ class Knobs:
     restart_horizon_s: float = 1800.0
     #: largest restart penalty (fraction of the new configuration's value)
     max_restart_penalty: float = 0.9
+    #: restarts a running job's growth must pay for (the growth now, the give-back later)
+    grow_restarts: float = 2.0
     #: beyond the largest profiled replica count, assume gradient sync does not get slower
     #: (no "retrogression" the job has not measured): optimism that makes jobs explore
     optimistic: float = 1.0
@@ -68,6 +70,7 @@ class _Job:
     remaining: float  # remaining seconds on one GPU (estimated when undeclared)
     prev: Placement | None  # last round's placement, if still valid
     prev_key: tuple[tuple[int, int], ...] | None
+    prev_replicas: int
     table: SpeedupTable
     placement: Placement
     replicas: int = 0
@@ -157,7 +160,12 @@ class AdlPolicy:
         speedup = job.table.get(len(placement), replicas, job.cap)
         value = job.weight * speedup
         if _key(placement) != job.prev_key:  # (re)starting costs every job the same delay
-            value *= 1.0 - self._penalty(job.restart_s, job.remaining, speedup)
+            restart_s = job.restart_s
+            if job.prev is not None and replicas > job.prev_replicas:
+                # GPUs a running job grows into are on loan: when a more urgent job needs them
+                # back, it restarts a second time. Growth must pay for both restarts.
+                restart_s *= self.knobs.grow_restarts
+            value *= 1.0 - self._penalty(restart_s, job.remaining, speedup)
         return value
 
     # ------------------------------------------------------------------ greedy moves
@@ -235,6 +243,7 @@ class AdlPolicy:
                     remaining=self._remaining(info),
                     prev=prev,
                     prev_key=_key(prev) if prev else None,
+                    prev_replicas=sum(prev.values()) if prev else 0,
                     table=self._table(info, cluster.max_gpus, cap),
                     placement={},
                 )

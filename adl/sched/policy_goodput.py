@@ -21,8 +21,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from adl.sched.goodput import BatchBounds, GradParams, PerfParams, gain, overlap, sync_time
 
-#: global-batch grid points between B0 and B_max
+#: global-batch grid points between B0 and B_max (both included)
 BATCH_POINTS = 64
+_STEPS = np.linspace(0.0, 1.0, BATCH_POINTS)
 
 
 def best_goodput(
@@ -38,7 +39,7 @@ def best_goodput(
     n, k = np.broadcast_arrays(n, k)
     b0, bmax = float(bounds.init_batch_size), float(bounds.max_batch_size)
     lo, hi = (float(x) for x in bounds.local_bsz_bounds)
-    grid = np.unique(np.concatenate([np.geomspace(b0, bmax, BATCH_POINTS), [b0, bmax]]))
+    grid = b0 * (bmax / b0) ** _STEPS
     kk = np.maximum(k, 1.0)[:, None]
     target = np.broadcast_to(grid[None, :], (len(k), len(grid)))
     if bounds.gradient_accumulation:

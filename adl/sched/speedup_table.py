@@ -4,7 +4,7 @@ Two kinds of speedup functions reach the policy:
 
 - a fitted goodput model (:class:`SpeedupFunction`): its speedup depends on the node count only
   through "one node or several" (sync within a node vs across nodes), so the whole curve is two
-  rows over ``K = 1..cap``, computed at once with the fast batch search of
+  rows over ``K = 1..cap``, filled in doubling chunks with the fast batch search of
   :mod:`adl.sched.policy_goodput`. Above the job's profiled replica count the row is optimistic
   (see :mod:`adl.sched.policy_optimism`);
 - anything else (the linear prior, test functions): tabulated lazily per (nodes, replicas).
@@ -23,22 +23,29 @@ from adl.sched.types import SpeedupFn
 class SpeedupTable:
     """Speedups of one job for the replica counts the policy may give it."""
 
-    __slots__ = ("covered", "fn", "per_node", "rows", "values")
+    __slots__ = ("base", "cap", "covered", "fn", "per_node", "profiled", "rows", "values")
 
     def __init__(self, fn: SpeedupFn, per_node: int, profiled: int = 0, cap: int = 0) -> None:
         self.fn = fn
         self.per_node = max(per_node, 1)
+        self.profiled = profiled
+        self.cap = max(cap, 1)
         self.values: dict[tuple[int, int], float] = {}
-        self.covered = 0  # generic path: every K <= covered is tabulated at its tightest packing
+        self.covered = 0  # every K <= covered is tabulated (fast path: both rows)
         self.rows: np.ndarray | None = None  # fast path: rows[multi-node, K]
+        self.base = 1.0
         if isinstance(fn, SpeedupFunction):
-            self.rows = _model_rows(fn, profiled, max(cap, 1))
+            self.rows = np.zeros((2, self.cap + 1))
+            one = _model_goodput(fn, 0, np.ones(1), np.ones(1))
+            self.base = float(one[0]) if one[0] > 0 else fn.base_goodput
 
     def get(self, nodes: int, replicas: int, cap: int) -> float:
         if replicas <= 0:
             return 0.0
         rows = self.rows
-        if rows is not None and replicas < rows.shape[1]:
+        if rows is not None and replicas <= self.cap:
+            if replicas > self.covered:  # most jobs only ever need the first few counts
+                self._extend_rows(min(max(replicas, 2 * self.covered, 8), self.cap))
             return float(rows[1 if nodes > 1 else 0, replicas])
         key = (nodes, replicas)
         value = self.values.get(key)
@@ -52,6 +59,16 @@ class SpeedupTable:
         self.values[key] = value
         return value
 
+    def _extend_rows(self, upto: int) -> None:
+        assert self.rows is not None and isinstance(self.fn, SpeedupFunction)
+        ks = np.arange(self.covered + 1, upto + 1, dtype=np.float64)
+        ns = np.concatenate([np.ones_like(ks), np.full_like(ks, 2.0)])
+        good = _model_goodput(self.fn, self.profiled, ns, np.concatenate([ks, ks]))
+        self.rows[:, self.covered + 1 : upto + 1] = good.reshape(2, len(ks)) / max(
+            self.base, 1e-300
+        )
+        self.covered = upto
+
     def _extend(self, upto: int) -> None:
         ks = np.arange(self.covered + 1, upto + 1)
         ns = -(-ks // self.per_node)
@@ -62,21 +79,16 @@ class SpeedupTable:
         self.covered = upto
 
 
-def _model_rows(fn: SpeedupFunction, profiled: int, cap: int) -> np.ndarray:
-    """Speedup on one node (row 0) and across nodes (row 1) for K = 0..cap, relative to the
-    model's own best single-replica goodput."""
+def _model_goodput(
+    fn: SpeedupFunction, profiled: int, ns: np.ndarray, ks: np.ndarray
+) -> np.ndarray:
+    """Best goodput of the job's model at (nodes, replicas); optimistic above ``profiled``."""
     gf = fn.goodput_fn
-    ks = np.arange(1, cap + 1, dtype=np.float64)
-    ns = np.concatenate([np.ones_like(ks), np.full_like(ks, 2.0)])
-    kk = np.concatenate([ks, ks])
-    good = best_goodput(gf.perf, gf.grad, gf.bounds, ns, kk)
-    if profiled > 0 and cap > profiled:
-        above = kk > profiled
+    good = best_goodput(gf.perf, gf.grad, gf.bounds, ns, ks)
+    above = ks > profiled
+    if profiled > 0 and np.any(above):
         hopeful = best_goodput(
-            frozen_sync(gf.perf, profiled), gf.grad, gf.bounds, ns[above], kk[above]
+            frozen_sync(gf.perf, profiled), gf.grad, gf.bounds, ns[above], ks[above]
         )
         good[above] = np.maximum(good[above], hopeful)
-    base = float(good[0]) if good[0] > 0 else fn.base_goodput
-    rows = np.zeros((2, cap + 1))
-    rows[:, 1:] = good.reshape(2, cap) / max(base, 1e-300)
-    return rows
+    return good
