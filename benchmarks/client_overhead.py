@@ -5,6 +5,9 @@ processes. Both variants live side by side and are timed in short alternating ch
 so that changes in the machine's load hit both alike; a repeat's step time per variant is the
 median over its chunks, its overhead the median over adjacent chunk pairs of
 ``100 * (t_adp / t_ddp - 1)``, and the headline ``overhead_pct`` the median over repeats.
+A third variant, a second identical DDP (``control_pct``), measures the same way what the
+machine's noise alone makes of two equal programs; ``best_chunk_overhead_pct`` compares each
+variant's least disturbed chunk, and ``cpu_overhead_pct`` the processes' CPU time.
 ADP does everything it does in training: comm-hook capture of the local gradient, batched
 norms, noise-estimate update, LR scaling, step profiling. On a GPU machine with one GPU use
 ``--nproc 1``: ADP then takes its single-replica path (two consecutive steps).
@@ -53,7 +56,7 @@ class Variant:
             self.wrapped = AdaptiveDataParallel(
                 model, self.opt, init_batch_size=args.batch, report=False
             )
-        elif dist.get_world_size() > 1:
+        elif dist.get_world_size() > 1:  # "ddp", or "control": a second, identical DDP
             self.wrapped = nn.parallel.DistributedDataParallel(model)
         else:
             self.wrapped = model
@@ -101,23 +104,32 @@ def _worker(rank: int, args: argparse.Namespace, store: str, out: str) -> None:
         args.backend, init_method=f"file://{store}", rank=rank, world_size=args.nproc
     )
     try:
-        variants = {kind: Variant(kind, args, device) for kind in ("ddp", "adp")}
+        kinds = ("ddp", "adp", "control") if args.control else ("ddp", "adp")
+        variants = {kind: Variant(kind, args, device) for kind in kinds}
         for v in variants.values():
             for _ in range(args.warmup):
                 v.step()
         rows = []
         for _ in range(args.repeats):
-            # Short alternating chunks: load changes on the machine hit both variants alike.
-            chunks: dict[str, list[tuple[float, float]]] = {"ddp": [], "adp": []}
+            # Short alternating chunks: load changes on the machine hit every variant alike.
+            chunks: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
             for c in range(args.chunks):
-                order = ("ddp", "adp") if c % 2 == 0 else ("adp", "ddp")
-                for kind in order:
+                order = kinds[c % len(kinds) :] + kinds[: c % len(kinds)]
+                for kind in order if c % 2 == 0 else order[::-1]:
                     chunks[kind].append(variants[kind].timed_chunk(args.chunk_steps))
-            pairs = list(zip(chunks["adp"], chunks["ddp"], strict=True))
             row = {kind: statistics.median(t[0] for t in ts) for kind, ts in chunks.items()}
-            # Adjacent chunks ran under nearly the same load: their ratio is the fair comparison.
-            row["ratio"] = statistics.median(a[0] / d[0] for a, d in pairs)
-            row["cpu_ratio"] = statistics.median(a[1] / d[1] for a, d in pairs)
+            # Chunks of one round ran under nearly the same load: their ratio is the fair
+            # comparison. The control (DDP against an identical DDP) shows the noise floor.
+            for kind, key in (("adp", ""), ("control", "control_")):
+                if kind not in chunks:
+                    continue
+                pairs = list(zip(chunks[kind], chunks["ddp"], strict=True))
+                row[f"{key}ratio"] = statistics.median(a[0] / d[0] for a, d in pairs)
+                row[f"{key}cpu_ratio"] = statistics.median(a[1] / d[1] for a, d in pairs)
+                # Best chunk against best chunk: the least disturbed runs of each variant.
+                row[f"{key}best_ratio"] = min(a[0] for a in chunks[kind]) / min(
+                    d[0] for d in chunks["ddp"]
+                )
             rows.append(row)
         if rank == 0:
             Path(out).write_text(json.dumps(rows))
@@ -126,14 +138,22 @@ def _worker(rank: int, args: argparse.Namespace, store: str, out: str) -> None:
 
 
 def summarize(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[str, Any]:
-    overheads = [100.0 * (r["ratio"] - 1.0) for r in rows]
-    cpu_overheads = [100.0 * (r["cpu_ratio"] - 1.0) for r in rows]
+    def pct(key: str) -> list[float]:
+        return [100.0 * (r[key] - 1.0) for r in rows if key in r]
+
+    overheads, cpu_overheads, best = pct("ratio"), pct("cpu_ratio"), pct("best_ratio")
+    control, control_cpu = pct("control_ratio"), pct("control_cpu_ratio")
     model = build_model(args.width, args.depth)
     return {
         "overhead_pct": statistics.median(overheads),
         "overhead_pct_per_repeat": overheads,
         "cpu_overhead_pct": statistics.median(cpu_overheads),
         "cpu_overhead_pct_per_repeat": cpu_overheads,
+        "best_chunk_overhead_pct": statistics.median(best),
+        "best_chunk_overhead_pct_per_repeat": best,
+        "control_pct": statistics.median(control) if control else None,
+        "control_pct_per_repeat": control,
+        "control_cpu_pct": statistics.median(control_cpu) if control_cpu else None,
         "ddp_step_ms_median": 1e3 * statistics.median(r["ddp"] for r in rows),
         "adp_step_ms_median": 1e3 * statistics.median(r["adp"] for r in rows),
         "ddp_step_ms": [1e3 * r["ddp"] for r in rows],
@@ -142,7 +162,7 @@ def summarize(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[st
         "config": {
             k: getattr(args, k)
             for k in ("nproc", "device", "backend", "batch", "width", "depth", "chunks",
-                      "chunk_steps", "warmup", "repeats", "threads")
+                      "chunk_steps", "warmup", "repeats", "threads", "control")
         },
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
@@ -157,18 +177,27 @@ def print_table(result: dict[str, Any]) -> None:
         f"{cfg['repeats']} repeats x {cfg['chunks']} chunks x {cfg['chunk_steps']} steps"
     )
     head = f"{'repeat':>6} | {'DDP ms/step':>11} | {'ADP ms/step':>11} | {'overhead %':>10}"
-    print(head + f" | {'CPU-time overhead %':>19}")
-    print("-" * 70)
-    for i, (d, a, o, c) in enumerate(
+    print(head + f" | {'CPU-time %':>10} | {'best-chunk %':>12} | {'control %':>9}")
+    print("-" * 87)
+    control = result["control_pct_per_repeat"] or [float("nan")] * len(result["ddp_step_ms"])
+    for i, (d, a, o, c, b, n) in enumerate(
         zip(result["ddp_step_ms"], result["adp_step_ms"], result["overhead_pct_per_repeat"],
-            result["cpu_overhead_pct_per_repeat"], strict=True)
+            result["cpu_overhead_pct_per_repeat"], result["best_chunk_overhead_pct_per_repeat"],
+            control, strict=True)
     ):
-        print(f"{i:>6} | {d:>11.2f} | {a:>11.2f} | {o:>10.2f} | {c:>19.2f}")
-    print("-" * 70)
+        cells = f"{d:>11.2f} | {a:>11.2f} | {o:>10.2f} | {c:>10.2f} | {b:>12.2f} | {n:>9.2f}"
+        print(f"{i:>6} | {cells}")
+    print("-" * 87)
+    median_control = result["control_pct"]
     print(
         f"{'median':>6} | {result['ddp_step_ms_median']:>11.2f} | "
         f"{result['adp_step_ms_median']:>11.2f} | {result['overhead_pct']:>10.2f} | "
-        f"{result['cpu_overhead_pct']:>19.2f}"
+        f"{result['cpu_overhead_pct']:>10.2f} | {result['best_chunk_overhead_pct']:>12.2f} | "
+        f"{median_control if median_control is not None else float('nan'):>9.2f}"
+    )
+    print(
+        "overhead: median over repeats of the median ratio of adjacent chunks; control: the "
+        "same for DDP against an identical DDP (the measurement's noise floor)"
     )
 
 
@@ -185,6 +214,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument(
+        "--no-control", dest="control", action="store_false",
+        help="skip the DDP-against-DDP control (it shows the noise floor of a shared machine)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = parser.parse_args(argv)
     os.environ.pop("ADL_API_URL", None)  # never report from a benchmark
