@@ -95,6 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resizes", type=int, default=6)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
+        "--gap-s",
+        type=float,
+        default=8.0,
+        help="seconds the job runs at each size before the next resize",
+    )
+    parser.add_argument(
+        "--no-prewarm", action="store_true", help="the daemon starts every group cold"
+    )
+    parser.add_argument(
         "--fast-exit",
         action="store_true",
         help="the worker skips interpreter teardown after its checkpoint (os._exit), to measure "
@@ -105,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(tempfile.mkdtemp(prefix="adl-resize-"))
     policy = SteeredPolicy()
     settings = Settings(home=home, slots=4, round_s=3600, tick_s=0.02, api=True,
-                        timing=Timing(backoff_base_s=0.5))  # fmt: skip
+                        timing=Timing(backoff_base_s=0.5), prewarm=not args.no_prewarm)  # fmt: skip
     daemon = Daemon(settings, policy_factory=lambda: policy)
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
@@ -135,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, float]] = []
     try:
         wait(lambda: first_step_of(1) is not None)
-        time.sleep(1.0)  # a few steps in, and a checkpoint to come back to
+        time.sleep(args.gap_s)  # a few steps in, and a checkpoint to come back to
         for i in range(args.resizes):
             old = daemon.jobs[key].status.group
             policy.replicas = 2 if policy.replicas == 1 else 1
@@ -169,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 "load_avg_1m": os.getloadavg()[0],
             }
             rows.append(row)
-            time.sleep(1.0)
+            time.sleep(args.gap_s)
     finally:
         daemon.store.mark_deleted(key)
         wait(lambda: key not in daemon.store.revisions(), timeout=60)
@@ -210,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             "resizes": rows,
             "goal_s": 5.0,
             "fast_exit": args.fast_exit,
+            "prewarm": not args.no_prewarm,
+            "gap_s": args.gap_s,
         }
         args.json.write_text(json.dumps(payload, indent=2))
     return 0

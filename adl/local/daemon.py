@@ -44,11 +44,15 @@ from adl.controller.rounds import RoundLog, accrue_service, run_round
 from adl.local import processes as P
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME
 from adl.local.store import GroupRecord, JobRecord, Store, default_home
+from adl.models import Phase
 from adl.sched.types import NodeInfo, Policy
 
 log = logging.getLogger("adl.local")
 
 NODE = "local"
+#: Seconds after a group's launch before the job's next warm shim starts (so its imports do not
+#: compete with the new group's start).
+WARM_DELAY_S = 2.0
 
 
 def detect_gpus() -> int:
@@ -76,6 +80,7 @@ class Settings:
     api: bool = True
     timing: Timing = field(default_factory=Timing)
     kill_margin_s: float = 5.0  # SIGKILL the group this long after its grace period
+    prewarm: bool = True  # start the next group's shim (torch imported) while the old one stops
 
 
 def _default_policy() -> Policy:
@@ -99,6 +104,8 @@ class Daemon:
         self.jobs: dict[str, JobRecord] = {}
         self._revs: dict[str, int] = {}
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self._warm: dict[str, tuple[P.GroupProcess, subprocess.Popen[bytes]]] = {}
+        self._warm_after: dict[str, float] = {}
         self._stop = threading.Event()
         self._round_due = True
         self._last_round = 0.0
@@ -156,6 +163,9 @@ class Daemon:
         """Leave workers running (the next daemon adopts them); release the lock."""
         if self._server is not None:
             self._server.should_exit = True
+        for key in list(self._warm):  # idle warm shims are not workers: nothing to adopt
+            if key in self.jobs:
+                self.drop_warm(self.jobs[key])
         with contextlib.suppress(Exception):
             self.store.set_meta("daemon_pid", "")
         for proc in self._children.values():
@@ -219,6 +229,7 @@ class Daemon:
         anything. The current group of a running job is adopted as it is."""
         for rec in self.jobs.values():
             paths = self.paths(rec)
+            P.drop_warm(paths)  # a warm shim nobody handed a plan to yet: not a group
             for g in paths.recorded_groups():
                 proc = P.read_pidfile(paths.pidfile(g))
                 if proc is None or paths.result(g).exists():
@@ -327,10 +338,21 @@ class Daemon:
             {"rank": r, "argv": argv, "env": {**base, **action.env(r, site)}} for r in range(need)
         ]
         grace = float(rec.spec.termination_grace_period_seconds)
+        warm = self._warm.pop(rec.key, None)
         proc, child = P.launch(
-            paths, action.group, ranks, grace_s=grace, cwd=trainer.get("workingDir")
+            paths,
+            action.group,
+            ranks,
+            grace_s=grace,
+            cwd=trainer.get("workingDir"),
+            warm=warm[0] if warm is not None else None,
         )
-        self._children[(rec.key, action.group)] = child
+        if child is None and warm is not None:
+            child = warm[1]  # the warm shim became this group's shim
+        if child is not None:
+            self._children[(rec.key, action.group)] = child
+        # the standing warm shim for the next resize waits until this group is under way
+        self._warm_after[rec.key] = time.monotonic() + WARM_DELAY_S
         self.store.add_group(
             GroupRecord(
                 rec.key,
@@ -344,6 +366,30 @@ class Daemon:
             )
         )
         return True
+
+    def prewarm(self, rec: JobRecord) -> None:
+        """Start the job's next shim now, importing torch while the old group checkpoints."""
+        from adl.local.warm import script_of
+
+        if not self.s.prewarm or rec.key in self._warm:
+            return
+        trainer = rec.spec.trainer
+        argv = [*(trainer.get("command") or []), *(trainer.get("args") or [])]
+        if script_of(argv) is None:
+            return
+        try:
+            self._warm[rec.key] = P.prewarm(
+                self.paths(rec), self._base_env(trainer, 0), trainer.get("workingDir")
+            )
+        except OSError as err:
+            log.warning("no warm start for %s: %s", rec.key, err)
+
+    def drop_warm(self, rec: JobRecord) -> None:
+        warm = self._warm.pop(rec.key, None)
+        if warm is not None:
+            P.drop_warm(self.paths(rec), warm[0])
+            with contextlib.suppress(Exception):
+                warm[1].wait(timeout=5)
 
     def _base_env(self, trainer: dict[str, Any], replicas: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ADL_")}
@@ -387,6 +433,9 @@ class Daemon:
         for key, child in list(self._children.items()):
             if child.poll() is not None:
                 del self._children[key]
+        for job, (_, warm) in list(self._warm.items()):
+            if warm.poll() is not None:  # it timed out or was killed
+                del self._warm[job]
 
     def execute(self, rec: JobRecord, actions: list[Action]) -> None:
         events: list[tuple[str, str, str]] = []
@@ -398,6 +447,8 @@ class Daemon:
                 events.append((action.type, action.reason, action.message))
             elif isinstance(action, DeleteGroup):
                 self.stop_group(rec, action.group, action.grace_s)
+                if rec.desired and not rec.deleted and not rec.status.phase.finished:
+                    self.prewarm(rec)  # a resize or a restart: a next group will follow
             elif isinstance(action, CreateGroup):
                 self.launch(rec, action)
         for type_, reason, message in events:
@@ -421,6 +472,8 @@ class Daemon:
 
     def step_job(self, rec: JobRecord, now: datetime, elapsed: float) -> None:
         observed = self.observe(rec)
+        if rec.deleted or rec.status.phase.finished:
+            self.drop_warm(rec)
         if rec.deleted:
             self.execute(rec, teardown(rec.key, rec.spec, observed))
             if not observed.any_alive():
@@ -446,6 +499,13 @@ class Daemon:
         self.execute(rec, actions)
         if rec.status.phase.finished and not was_finished:
             self._round_due = True
+        elif (
+            rec.status.phase == Phase.RUNNING
+            and rec.spec.max_replicas > rec.spec.min_replicas
+            and rec.key not in self._warm
+            and time.monotonic() >= self._warm_after.get(rec.key, 0.0)
+        ):
+            self.prewarm(rec)  # an elastic job will be resized: keep its next shim ready
 
     def schedule(self, now: datetime) -> None:
         self._round_due = False
@@ -499,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policy", default=None, help="module:factory returning a Policy (default AdlPolicy)"
     )
+    parser.add_argument(
+        "--no-prewarm", action="store_true", help="start every group from a fresh interpreter"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     home = args.home or default_home()
@@ -511,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         round_s=args.round_s,
         tick_s=args.tick_s,
         timing=timing,
+        prewarm=not args.no_prewarm,
     )
     daemon = Daemon(settings, load_policy(args.policy, home) if args.policy else _default_policy)
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())

@@ -53,6 +53,17 @@ class GroupPaths:
     def result(self, group: int) -> Path:
         return self.root / "groups" / f"g{group}.result.json"
 
+    def warm_pid(self, pid: int) -> Path:
+        """A warm shim's record (``warm-PID.pid``); it starts a group when ``.go`` appears."""
+        return self.root / "groups" / f"warm-{pid}.pid"
+
+    def warm_go(self, pid: int) -> Path:
+        return self.root / "groups" / f"warm-{pid}.go"
+
+    def warm_shims(self) -> list[Path]:
+        folder = self.root / "groups"
+        return sorted(folder.glob("warm-*.pid")) if folder.is_dir() else []
+
     def recorded_groups(self) -> list[int]:
         """Every group that ever wrote a pidfile (including ones the database never saw)."""
         folder = self.root / "groups"
@@ -82,6 +93,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def prewarm(
+    paths: GroupPaths, env: dict[str, str], cwd: str | None
+) -> tuple[GroupProcess, subprocess.Popen[bytes]]:
+    """Start a warm shim for the job's next group (see :mod:`adl.local.warm`)."""
+    folder = paths.root / "groups"
+    folder.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adl.local.shim", "--warm", str(folder)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(folder / "warm.shim.log", "ab"),  # noqa: SIM115
+        env=env,
+        cwd=cwd or None,
+        close_fds=True,
+    )
+    ticks = proc_start_ticks(proc.pid) or 0
+    write_atomic(paths.warm_pid(proc.pid), f"{proc.pid} {ticks}\n")
+    return GroupProcess(proc.pid, ticks), proc
+
+
+def drop_warm(paths: GroupPaths, only: GroupProcess | None = None) -> None:
+    """Kill the job's waiting warm shims (``only`` that one), which have run nothing yet; one
+    already handed a plan is a group's shim and is left alone."""
+    records = [paths.warm_pid(only.pid)] if only is not None else paths.warm_shims()
+    for record in records:
+        if record.with_suffix(".go").exists():
+            continue  # handed a group's plan: it is that group's shim now
+        proc = read_pidfile(record)
+        if proc is not None and alive(proc):
+            signal_group(proc.pid, signal.SIGKILL)
+        record.unlink(missing_ok=True)
+        record.with_suffix(".go").unlink(missing_ok=True)
+
+
 def launch(
     paths: GroupPaths,
     group: int,
@@ -89,8 +135,10 @@ def launch(
     *,
     grace_s: float,
     cwd: str | None = None,
-) -> tuple[GroupProcess, subprocess.Popen[bytes]]:
-    """Start the shim for ``group``; ``ranks`` holds per rank ``argv`` and ``env``.
+    warm: GroupProcess | None = None,
+) -> tuple[GroupProcess, subprocess.Popen[bytes] | None]:
+    """Start the shim for ``group``; ``ranks`` holds per rank ``argv`` and ``env``. With a
+    live ``warm`` shim, hand it the plan instead (no new process; returns None for the Popen).
 
     The caller keeps the Popen to reap the shim (it is our child until we die)."""
     plan_path = paths.plan(group)
@@ -106,6 +154,14 @@ def launch(
         "ranks": [{**r, "log": str(paths.log(int(r["rank"])))} for r in ranks],
     }
     plan_path.write_text(json.dumps(plan))
+    if warm is not None and alive(warm) and paths.warm_pid(warm.pid).exists():
+        # go first, then the pidfile: a daemon killed in between finds the group either
+        # not started (the warm shim is dropped, the group relaunched) or started by it
+        write_atomic(paths.warm_go(warm.pid), str(plan_path))
+        write_atomic(paths.pidfile(group), f"{warm.pid} {warm.start_ticks}\n")
+        return warm, None
+    if warm is not None:
+        drop_warm(paths, warm)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADL_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "adl.local.shim", str(plan_path)],

@@ -47,7 +47,9 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def run(plan: dict[str, Any]) -> int:
+def run(plan: dict[str, Any], fork: bool = False) -> int:
+    """Run one group to its end and record the ranks' exit codes. ``fork``: this is a warm
+    shim (:mod:`adl.local.warm`), so ranks that run a Python script are forked from it."""
     pid = os.getpid()
     write_atomic(Path(plan["pidfile"]), f"{pid} {proc_start_ticks(pid) or 0}\n")
     grace = float(plan.get("grace_s", 30.0))
@@ -61,7 +63,7 @@ def run(plan: dict[str, Any]) -> int:
             if p.poll() is None:
                 p.send_signal(signum)
 
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[Any] = []  # subprocess.Popen or adl.local.warm.ForkedRank
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     started = time.time()
@@ -73,8 +75,15 @@ def run(plan: dict[str, Any]) -> int:
             log.write(f"=== group {plan.get('group')} rank {rank['rank']} ===\n".encode())
             log.flush()
             try:
+                forked = None
+                if fork:
+                    from adl.local.warm import fork_rank
+
+                    cwd = plan.get("cwd") or None
+                    forked = fork_rank(rank["argv"], rank["env"], cwd, str(log_path))
                 procs.append(
-                    subprocess.Popen(
+                    forked
+                    or subprocess.Popen(
                         rank["argv"],
                         env=rank["env"],
                         cwd=plan.get("cwd") or None,
@@ -132,8 +141,12 @@ def run(plan: dict[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == "--warm":
+        from adl.local.warm import wait_and_run
+
+        return wait_and_run(Path(args[1]))
     if len(args) != 1:
-        print("usage: python -m adl.local.shim PLAN.json", file=sys.stderr)
+        print("usage: python -m adl.local.shim PLAN.json | --warm GROUPS_DIR", file=sys.stderr)
         return 2
     return run(json.loads(Path(args[0]).read_text()))
 

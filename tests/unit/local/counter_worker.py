@@ -34,7 +34,11 @@ def main() -> int:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     step = json.loads(ck.read_text())["step"] if ck.exists() else 0
-    print(f"start group={group} rank={rank} world={world} step={step} t={time.time()}", flush=True)
+    warm = int("torch" in sys.modules)  # forked from a warm shim (this script never imports it)
+    print(
+        f"start group={group} rank={rank} world={world} step={step} t={time.time()} warm={warm}",
+        flush=True,
+    )
     if args.crash_always:
         print("crashing on purpose", flush=True)
         return 3

@@ -57,6 +57,15 @@ def test_resize_stops_the_group_and_resumes_at_the_new_size(daemon_factory, back
     groups = d.store.groups("default/a")
     assert [g.replicas for g in groups] == [1, 3]
     assert groups[0].ended is not None and groups[0].ended <= groups[1].started + 0.5
+    # group 2 was forked from the warm shim started while group 1 stopped (torch preloaded);
+    # its ranks ran only after group 1 had exited
+    for rank in range(3):
+        assert re.search(r"start group=2 rank=\d .* warm=1", _log(home, "a", rank)), rank
+    assert "warm=0" in _log(home, "a", 0).split("=== group 2")[0]
+    result = json.loads((home / "jobs/default/a/groups/g2.result.json").read_text())
+    assert result["started"] >= groups[0].ended - 0.05
+    # a standing warm shim is dropped once the job has finished
+    wait_for(lambda: not list((home / "jobs/default/a/groups").glob("warm-*")), timeout=10)
 
 
 def test_crash_restarts_from_the_last_checkpoint(daemon_factory, backend, home) -> None:

@@ -1,0 +1,190 @@
+"""Warm starts for local worker groups: most of a resize is the new workers importing torch.
+
+When the daemon stops a group to resize it, it also starts a *warm shim* for the job's next
+group: a shim process that imports the heavy modules (torch, torch.distributed, torch._dynamo,
+adl.client_lib) while the old group is still checkpointing, then waits. It runs no user code and
+touches no checkpoint until the daemon hands it the next group's plan (``warm-PID.go``, written
+after the old group has exited); it then becomes that group's shim and forks one child per rank.
+Each child already has the modules loaded, so it goes straight to the user's script (run with
+``runpy`` as ``python script.py`` or ``python -m module`` would), with the rank's environment,
+working directory and log. Commands that are not this interpreter running a script or a module
+start the usual way. Fork after importing torch (no threads of ours, no CUDA initialized) is what
+DataLoader workers do all the time.
+
+Only the standard library here: the shim imports this module before anything heavy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: Modules a warm shim loads before it is needed (those that are missing are skipped).
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.optim",
+    "torch._dynamo",
+    "adl.client_lib",
+    "adl.client_lib.parallel",
+)
+#: A warm shim nobody claimed in this long exits by itself.
+WAIT_S = 600.0
+_HARMLESS_FLAGS = ("-u", "-B")
+
+
+def script_of(argv: list[str]) -> tuple[str, str, list[str], bool] | None:
+    """``(kind, target, args, unbuffered)`` when ``argv`` runs this interpreter on a script
+    (kind ``path``) or a module (``-m``, kind ``module``); None for anything else."""
+    if not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+        return None
+    rest = list(argv[1:])
+    unbuffered = False
+    while rest and rest[0] in _HARMLESS_FLAGS:
+        unbuffered = unbuffered or rest[0] == "-u"
+        rest.pop(0)
+    if len(rest) >= 2 and rest[0] == "-m":
+        return "module", rest[1], rest[2:], unbuffered
+    if not rest or rest[0].startswith("-"):
+        return None
+    return "path", rest[0], rest[1:], unbuffered
+
+
+class ForkedRank:
+    """A rank forked by the shim, with the part of ``subprocess.Popen`` the shim uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def fork_rank(argv: list[str], env: dict[str, str], cwd: str | None, log: str) -> ForkedRank | None:
+    """Fork a child that runs ``argv`` as ``python ...`` would; None when ``argv`` is not a
+    script or module of this interpreter (the caller then starts it the usual way)."""
+    target = script_of(argv)
+    if target is None:
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return ForkedRank(pid)
+    code = 1
+    try:  # the child: never returns to the shim's code
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.environ.clear()
+        os.environ.update(env)
+        if cwd:
+            os.chdir(cwd)
+        kind, name, args, unbuffered = target
+        # fresh streams over the rank's fds, buffered as a new interpreter's would be
+        sys.stdout = os.fdopen(1, "w", buffering=1 if unbuffered else -1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        sys.argv = [name, *args]
+        if kind == "path":
+            sys.path[0] = os.path.dirname(os.path.abspath(name))
+            runpy.run_path(name, run_name="__main__")
+        else:
+            sys.path[0] = os.getcwd()
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            atexit._run_exitfuncs()  # what the interpreter would run at exit (adl's shutdown)
+        except BaseException:
+            traceback.print_exc()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def wait_and_run(folder: Path) -> int:
+    """The warm shim: preload, then wait for ``warm-PID.go`` (the path of the group's plan) and
+    run that group with forked ranks; exit quietly when nobody claims it."""
+    pidfile, go = folder / f"warm-{os.getpid()}.pid", folder / f"warm-{os.getpid()}.go"
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a missing optional module only makes the start less warm
+            continue
+    started = time.monotonic()
+    deadline = started + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            plan_path = go.read_text().strip()
+        except OSError:
+            if not pidfile.exists() and time.monotonic() > started + 5.0:
+                return 0  # dropped, or its daemon died before recording it: nobody will call
+            time.sleep(0.02)
+            continue
+        if not plan_path:
+            time.sleep(0.02)
+            continue
+        pidfile.unlink(missing_ok=True)  # from here on this process is the group's shim
+        go.unlink(missing_ok=True)
+        from adl.local.shim import run
+
+        return run(json.loads(Path(plan_path).read_text()), fork=True)
+    pidfile.unlink(missing_ok=True)
+    return 0

@@ -1,0 +1,116 @@
+"""Warm starts: which commands can be forked, ranks forked with their own environment, working
+directory, log and exit code, and the daemon's warm shim lifecycle."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from local_kit import FixedPolicy, counter_spec, wait_for
+
+from adl.local import processes as P
+from adl.local.warm import fork_rank, script_of
+from adl.models import Phase
+
+PY = sys.executable
+
+
+def test_script_of_accepts_this_interpreter_on_a_script_or_module() -> None:
+    assert script_of([PY, "train.py", "--lr", "1"]) == ("path", "train.py", ["--lr", "1"], False)
+    assert script_of([PY, "-u", "train.py"]) == ("path", "train.py", [], True)
+    assert script_of([PY, "-m", "pkg.train", "-x"]) == ("module", "pkg.train", ["-x"], False)
+    assert script_of([PY, "-c", "print(1)"]) is None
+    assert script_of([PY]) is None
+    assert script_of(["/usr/bin/env", "python", "train.py"]) is None
+    assert script_of([]) is None
+
+
+def _fork(tmp_path: Path, body: str, *args: str, env: dict[str, str] | None = None) -> tuple:  # type: ignore[type-arg]
+    script = tmp_path / "job.py"
+    script.write_text(body)
+    log = tmp_path / "rank.log"
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    proc = fork_rank([PY, str(script), *args], env or {"ONLY": "this"}, str(work), str(log))
+    assert proc is not None
+    code = proc.wait()
+    return code, log.read_text() if log.exists() else ""
+
+
+def test_a_forked_rank_runs_the_script_as_main_with_its_env_cwd_and_log(tmp_path: Path) -> None:
+    body = (
+        "import os, sys\n"
+        "print('main' if __name__ == '__main__' else 'imported', sys.argv[1:], os.getcwd(),"
+        " dict(os.environ), sys.path[0], flush=True)\n"
+    )
+    code, out = _fork(tmp_path, body, "--a", "1")
+    assert code == 0
+    assert "main ['--a', '1']" in out
+    assert str(tmp_path / "work") in out
+    assert "{'ONLY': 'this'}" in out  # exactly the rank's environment
+    assert out.rstrip().endswith(str(tmp_path))  # sys.path[0] is the script's folder
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "text"),
+    [
+        ("import sys; sys.exit(3)", 3, ""),
+        ("raise SystemExit(143)", 143, ""),
+        ("import sys; sys.exit('bad config')", 1, "bad config"),
+        ("raise RuntimeError('boom')", 1, "RuntimeError: boom"),
+        ("import atexit; atexit.register(lambda: print('bye', flush=True))", 0, "bye"),
+    ],
+)
+def test_exit_codes_and_output_match_a_normal_interpreter(
+    tmp_path: Path, body: str, code: int, text: str
+) -> None:
+    got, out = _fork(tmp_path, body)
+    assert got == code
+    assert text in out
+
+
+def test_sigterm_reaches_the_forked_rank(tmp_path: Path) -> None:
+    script = tmp_path / "sleep.py"
+    script.write_text("import time\nprint('up', flush=True)\ntime.sleep(30)\n")
+    log = tmp_path / "r.log"
+    proc = fork_rank([PY, str(script)], {}, None, str(log))
+    assert proc is not None
+    wait_for(lambda: log.exists() and "up" in log.read_text(), timeout=10)
+    proc.terminate()
+    assert proc.wait() == -signal.SIGTERM
+
+
+def test_without_prewarm_groups_start_fresh(daemon_factory, backend, home) -> None:  # type: ignore[no-untyped-def]
+    policy = FixedPolicy()
+    policy.replicas["a"] = 1
+    d = daemon_factory(policy)
+    d.s.prewarm = False
+    backend.submit("a", "default", counter_spec("--steps", "60", "--step-s", "0.05", hi=2))
+    ck = home / "jobs/default/a/checkpoint/state.json"
+    wait_for(lambda: ck.exists() and backend.get("a", "default").status.phase == Phase.RUNNING)
+    policy.replicas["a"] = 2
+    d._round_due = True
+    wait_for(lambda: backend.get("a", "default").status.phase == Phase.SUCCEEDED, timeout=60)
+    log = (home / "jobs/default/a/logs/r0.log").read_text()
+    assert "start group=2 rank=0 world=2" in log
+    assert "warm=1" not in log
+    assert not (home / "jobs/default/a/groups/warm.shim.log").exists()
+
+
+def test_a_warm_shim_is_dropped_when_its_job_goes_away(tmp_path: Path) -> None:
+    paths = P.GroupPaths(tmp_path / "job")
+    proc, popen = P.prewarm(paths, dict(os.environ), None)
+    try:
+        assert paths.warm_shims() == [paths.warm_pid(proc.pid)] and P.alive(proc)
+        time.sleep(0.2)
+        P.drop_warm(paths)
+        assert popen.wait(timeout=10) == -signal.SIGKILL
+        assert paths.warm_shims() == []
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
