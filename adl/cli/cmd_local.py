@@ -24,6 +24,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         round_s: Annotated[float | None, typer.Option(help="scheduling period, seconds")] = None,
         foreground: Annotated[bool, typer.Option(help="run in this terminal")] = False,
+        prewarm: Annotated[
+            bool, typer.Option(help="keep a warm shim (torch imported) for each resize")
+        ] = True,
     ) -> None:
         """Start the daemon in the background (no-op when one is running)."""
         from adl.cli.backend import BackendError
@@ -38,12 +41,14 @@ def register(app: typer.Typer) -> None:
             args = ["--home", str(where)]
             args += ["--slots", str(slots)] if slots else []
             args += ["--round-s", str(round_s)] if round_s else []
+            args += [] if prewarm else ["--no-prewarm"]
             raise typer.Exit(daemon.main(args))
         if daemon_pid(where):
             typer.echo(f"adl daemon already running (pid {daemon_pid(where)}) for {where}")
             return
         try:
-            pid = start_daemon(where, slots=slots, round_s=round_s)
+            extra = [] if prewarm else ["--no-prewarm"]
+            pid = start_daemon(where, slots=slots, round_s=round_s, extra_args=extra)
         except BackendError as err:
             raise fail(str(err)) from None
         typer.echo(f"adl daemon started (pid {pid}), state in {where}")

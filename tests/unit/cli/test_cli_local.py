@@ -88,3 +88,15 @@ def test_get_backend_returns_the_local_backend_on_adl_home(adl_home: Path) -> No
     backend = get_backend()
     assert isinstance(backend, LocalBackend)
     assert backend.home == adl_home
+
+
+def test_local_up_no_prewarm_reaches_the_daemon(adl_home: Path) -> None:
+    try:
+        code, out = adl("local", "up", "--no-prewarm")
+        assert code == 0, out
+        pid = daemon_pid(adl_home)
+        assert pid is not None and pid > 0
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--no-prewarm" in argv
+    finally:
+        adl("local", "down")
