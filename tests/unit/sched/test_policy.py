@@ -287,3 +287,50 @@ def test_cluster_best_fit_and_release_roundtrip():
     cluster.release("y", spread)
     cluster.release("x", {0: 3})
     assert cluster.free == [4, 4, 4] and cluster.owner == [None, None, None]
+
+
+# --------------------------------------------------------------------------- growth and restarts
+
+
+def test_growth_looks_past_a_dip_in_the_speedup_curve():
+    """Slow on 2 nodes, fast on 4: one-GPU steps would stop at 4 GPUs; geometric steps do not."""
+
+    def dip(n, k):
+        k = np.asarray(k, dtype=float)
+        return np.where(k <= 4, k, np.where(k <= 8, 3.0, 0.75 * k))
+
+    nodes = nodes_of(4)
+    jobs = [job("a", speedup=dip, max_profiled_replicas=8, max_replicas=16)]
+    alloc = AdlPolicy().optimize(jobs, nodes, {"a": ["n0"] * 4})
+    assert len(alloc["a"]) == 16
+
+
+def test_running_job_grows_only_when_the_gain_pays_for_two_restarts():
+    nodes = nodes_of(3)
+    prev = {"big": ["n0"] * 4 + ["n1"] * 4 + ["n2"] * 3}  # 11 of 12 GPUs, one free
+    big = job(
+        "big",
+        speedup=amdahl(0.0, 1.0),
+        max_replicas=12,
+        max_profiled_replicas=16,
+        restarts=10,
+        age_s=3600.0,
+        remaining_s=1e6,
+    )
+    # Lifetime 3600 / (10 - 4 ramp restarts + 1) = 514 s: one restart costs 5.8 %, two 11.7 %;
+    # the 12th GPU adds 9 %.
+    assert len(AdlPolicy().optimize([big], nodes, prev)["big"]) == 11
+    assert len(AdlPolicy(grow_restarts=1.0).optimize([big], nodes, prev)["big"]) == 12
+
+
+def test_restart_penalty_counts_the_time_left_at_the_new_speed():
+    policy = AdlPolicy()
+    short = job("s", remaining_s=600.0, restart_cost_s=30.0)
+    assert policy.restart_penalty(short, 1.0) == pytest.approx(30.0 / 600.0)
+    assert policy.restart_penalty(short, 8.0) == pytest.approx(30.0 / 75.0)
+    long = job("l", remaining_s=1e6, restart_cost_s=30.0)
+    assert policy.restart_penalty(long, 8.0) == pytest.approx(30.0 / 1800.0)  # the horizon
+    churned = job(
+        "c", remaining_s=1e6, restart_cost_s=30.0, restarts=9, age_s=9000.0, max_profiled_replicas=1
+    )
+    assert policy.restart_penalty(churned, 8.0) == pytest.approx(30.0 / 900.0)
