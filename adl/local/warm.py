@@ -159,15 +159,56 @@ def fork_rank(argv: list[str], env: dict[str, str], cwd: str | None, log: str) -
         os._exit(code)
 
 
+class _Stopped(Exception):
+    """SIGTERM before the group's ranks started."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise _Stopped
+
+
+def _record_stopped(go: Path, plan: dict[str, Any] | None = None) -> None:
+    """A group stopped before its ranks started: every rank 'exited' on SIGTERM, as a cold
+    shim would record it (the daemon would otherwise only find a dead shim)."""
+    if plan is None:
+        try:
+            plan = json.loads(Path(go.read_text().strip()).read_text())
+        except (OSError, ValueError):
+            return
+    from adl.local.shim import write_atomic
+
+    codes = [-signal.SIGTERM] * len(plan.get("ranks", []))
+    write_atomic(
+        Path(plan["result"]),
+        json.dumps({"codes": codes, "started": time.time(), "ended": time.time(),
+                    "failure": "", "killed": False}),
+    )  # fmt: skip
+
+
 def wait_and_run(folder: Path) -> int:
     """The warm shim: preload, then wait for ``warm-PID.go`` (the path of the group's plan) and
     run that group with forked ranks; exit quietly when nobody claims it."""
     pidfile, go = folder / f"warm-{os.getpid()}.pid", folder / f"warm-{os.getpid()}.go"
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except Exception:  # a missing optional module only makes the start less warm
-            continue
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        for name in PRELOAD:
+            try:
+                importlib.import_module(name)
+            except _Stopped:
+                raise
+            except Exception:  # a missing optional module only makes the start less warm
+                continue
+    except _Stopped:
+        _record_stopped(go)
+        return 0
+    try:
+        return _wait(pidfile, go)
+    except _Stopped:
+        _record_stopped(go)
+        return 0
+
+
+def _wait(pidfile: Path, go: Path) -> int:
     started = time.monotonic()
     deadline = started + WAIT_S
     while time.monotonic() < deadline:
@@ -181,10 +222,15 @@ def wait_and_run(folder: Path) -> int:
         if not plan_path:
             time.sleep(0.02)
             continue
-        pidfile.unlink(missing_ok=True)  # from here on this process is the group's shim
-        go.unlink(missing_ok=True)
+        plan = json.loads(Path(plan_path).read_text())
         from adl.local.shim import run
 
-        return run(json.loads(Path(plan_path).read_text()), fork=True)
+        pidfile.unlink(missing_ok=True)  # from here on this process is the group's shim
+        go.unlink(missing_ok=True)
+        try:
+            return run(plan, fork=True)  # installs the group's own SIGTERM handler first
+        except _Stopped:
+            _record_stopped(go, plan)
+            return 0
     pidfile.unlink(missing_ok=True)
     return 0

@@ -114,3 +114,33 @@ def test_a_warm_shim_is_dropped_when_its_job_goes_away(tmp_path: Path) -> None:
         if popen.poll() is None:
             popen.kill()
             popen.wait()
+
+
+def test_a_group_stopped_before_its_ranks_started_is_recorded_as_stopped(tmp_path: Path) -> None:
+    """SIGTERM reaching a warm shim that was handed a plan but is still importing: the ranks
+    count as stopped (-15), like a cold shim's, not as a dead shim."""
+    import json
+
+    from adl.local.warm import _record_stopped
+
+    result = tmp_path / "g3.result.json"
+    plan = tmp_path / "g3.plan.json"
+    plan.write_text(json.dumps({"result": str(result), "ranks": [{"rank": 0}, {"rank": 1}]}))
+    go = tmp_path / "warm-1.go"
+    go.write_text(str(plan))
+    _record_stopped(go)
+    assert json.loads(result.read_text())["codes"] == [-signal.SIGTERM] * 2
+
+
+def test_an_idle_warm_shim_leaves_quietly_on_sigterm(tmp_path: Path) -> None:
+    paths = P.GroupPaths(tmp_path / "job")
+    _, popen = P.prewarm(paths, dict(os.environ), None)
+    try:
+        time.sleep(0.5)
+        popen.send_signal(signal.SIGTERM)
+        assert popen.wait(timeout=60) == 0
+        assert not list((tmp_path / "job" / "groups").glob("*.result.json"))
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
