@@ -4,21 +4,30 @@ Each round it solves, near-exactly, ``max sum_j w_j * speedup_j(config_j) * keep
 over concrete placements, where
 
 - ``speedup_j`` is the job's own goodput model (batch size re-picked for each (nodes, replicas));
-- ``w_j = weight_j / R_j`` with ``R_j`` the job's remaining work on one GPU, so the objective is
-  the rate at which the cluster finishes *fractions of jobs*; maximizing it is the fluid form of
-  shortest-remaining-processing-time, which minimizes mean completion time. Where a job did not
+- ``w_j = weight_j / R_j^a`` with ``R_j`` the job's remaining work on one GPU. With ``a = 1`` the
+  objective is the rate at which the cluster finishes *fractions of jobs*, the fluid form of
+  shortest-remaining-processing-time, optimal for mean completion time when jobs scale
+  linearly. Real speedups are sublinear, and then the optimum shares more than SRPT does (the
+  smallest job's extra GPUs are worth less than a longer job's first ones, and wasted GPU-time
+  delays everyone queued later), so the default ``a = 1/2`` keeps strong shortest-first
+  pressure while bounding the efficiency lost to it (makespan, tail JCT). Where a job did not
   declare its length, ``R_j`` falls back to its attained service (least-attained-service: jobs
   that ran little are likely short). An aging term bounds how long any job can be starved;
-- ``keep_j`` is 1 for the job's current placement and ``1 - restart penalty`` for any other
-  (the penalty is the job's measured restart cost over a planning horizon, larger for jobs that
-  restart often for their age).
+- ``keep_j`` is 1 for the job's current placement and ``1 - restart penalty`` for any other:
+  the job's measured restart cost over the time the new configuration is expected to last
+  (the horizon, the job's time left at the new speed, or its past configurations' average
+  lifetime if shorter); growing a running job pays for two restarts (the GPUs are on loan
+  until a more urgent job takes them back).
 
 The optimizer is a lazy marginal-gain greedy over concrete placements (see
 :mod:`adl.sched.placement`), with each job's candidate moves restricted to a few replica counts
-(+1, doubling, filling whole nodes, back to last round's placement) so non-concave speedups
-(node boundaries) are handled by multi-GPU steps. Last round's placements are a candidate move
-of their own, which is the warm start: a job keeps its GPUs unless giving them away pays for the
-restart. Everything is deterministic: ties break on submission order, then name.
+(+1, geometric steps up to its cap, filling whole nodes, back to last round's placement) so
+non-concave speedups (node boundaries) are handled by multi-GPU steps. Speedups above the
+replica count a job has measured are optimistic (:mod:`adl.sched.policy_optimism`) so jobs
+explore; tables come from a fast batch search (:mod:`adl.sched.policy_goodput`). Last round's
+placements are a candidate move of their own, which is the warm start: a job keeps its GPUs
+unless giving them away pays for the restart. Everything is deterministic: ties break on
+submission order, then name.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ class Knobs:
     #: a job may use at most ``ramp_factor`` x the largest replica count it has profiled (>= 1)
     ramp_factor: float = 2.0
     #: exponent on remaining work: 1 = shortest-remaining-first, 0 = maximize total speedup
-    srpt_power: float = 1.0
+    srpt_power: float = 0.5
     #: fairness/aging: a job's priority grows by ``(1 + age / R)^fairness`` ...
     fairness: float = 1.0
     #: ... which is capped by the remaining work of a job that ran ``aging_cap`` times its length
