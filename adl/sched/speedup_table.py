@@ -36,8 +36,7 @@ class SpeedupTable:
         self.base = 1.0
         if isinstance(fn, SpeedupFunction):
             self.rows = np.zeros((2, self.cap + 1))
-            one = _model_goodput(fn, 0, np.ones(1), np.ones(1))
-            self.base = float(one[0]) if one[0] > 0 else fn.base_goodput
+            self._extend_rows(min(8, self.cap))
 
     def get(self, nodes: int, replicas: int, cap: int) -> float:
         if replicas <= 0:
@@ -64,6 +63,8 @@ class SpeedupTable:
         ks = np.arange(self.covered + 1, upto + 1, dtype=np.float64)
         ns = np.concatenate([np.ones_like(ks), np.full_like(ks, 2.0)])
         good = _model_goodput(self.fn, self.profiled, ns, np.concatenate([ks, ks]))
+        if self.covered == 0:  # normalize by the model's own best single-replica goodput
+            self.base = float(good[0]) if good[0] > 0 else self.fn.base_goodput
         self.rows[:, self.covered + 1 : upto + 1] = good.reshape(2, len(ks)) / max(
             self.base, 1e-300
         )
