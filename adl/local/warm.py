@@ -24,6 +24,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -149,8 +150,14 @@ def fork_rank(argv: list[str], env: dict[str, str], cwd: str | None, log: str) -
         traceback.print_exc()
         code = 1
     finally:
+        # what interpreter exit does, minus the slow teardown of every module: join the
+        # non-daemon threads, then run the atexit functions (adl's shutdown among them)
         try:
-            atexit._run_exitfuncs()  # what the interpreter would run at exit (adl's shutdown)
+            threading._shutdown()  # type: ignore[attr-defined]
+        except BaseException:
+            traceback.print_exc()
+        try:
+            atexit._run_exitfuncs()
         except BaseException:
             traceback.print_exc()
         for stream in (sys.stdout, sys.stderr):

@@ -63,6 +63,13 @@ def test_a_forked_rank_runs_the_script_as_main_with_its_env_cwd_and_log(tmp_path
         ("import sys; sys.exit('bad config')", 1, "bad config"),
         ("raise RuntimeError('boom')", 1, "RuntimeError: boom"),
         ("import atexit; atexit.register(lambda: print('bye', flush=True))", 0, "bye"),
+        (
+            "import threading, time\n"
+            "def late(): time.sleep(0.3); print('thread done', flush=True)\n"
+            "threading.Thread(target=late).start()",
+            0,
+            "thread done",  # non-daemon threads are joined before exit
+        ),
     ],
 )
 def test_exit_codes_and_output_match_a_normal_interpreter(
