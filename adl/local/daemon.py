@@ -80,7 +80,7 @@ class Settings:
     api: bool = True
     timing: Timing = field(default_factory=Timing)
     kill_margin_s: float = 5.0  # SIGKILL the group this long after its grace period
-    prewarm: bool = True  # start the next group's shim (torch imported) while the old one stops
+    prewarm: bool = True  # CPU slots: keep the next group's shim ready (torch imported)
 
 
 def _default_policy() -> Policy:
@@ -371,7 +371,9 @@ class Daemon:
         """Start the job's next shim now, importing torch while the old group checkpoints."""
         from adl.local.warm import script_of
 
-        if not self.s.prewarm or rec.key in self._warm:
+        if not self.s.prewarm or self.s.gpus or rec.key in self._warm:
+            # with GPUs, forking after torch is loaded risks a CUDA state the ranks cannot
+            # re-initialize: GPU groups start cold
             return
         trainer = rec.spec.trainer
         argv = [*(trainer.get("command") or []), *(trainer.get("args") or [])]

@@ -151,3 +151,12 @@ def test_an_idle_warm_shim_leaves_quietly_on_sigterm(tmp_path: Path) -> None:
         if popen.poll() is None:
             popen.kill()
             popen.wait()
+
+
+def test_gpu_groups_start_cold(daemon_factory, home) -> None:  # type: ignore[no-untyped-def]
+    d = daemon_factory(FixedPolicy())
+    d.s.gpus = 1
+    rec = d.store.add_job("default", "g", counter_spec(hi=2))
+    d.prewarm(rec)
+    assert d._warm == {}
+    assert not list(home.glob("jobs/default/g/groups/warm-*"))
