@@ -145,7 +145,9 @@ class AdaptiveDataParallel(nn.Module):
         self._pending_local: Tensor | None = None
         self._hook_sq = torch.zeros(self._groups, dtype=torch.float32, device=device)
         self._hook_seen = False
-        self._bucket_index: dict[tuple[int, int, int], Tensor] = {}
+        self._bucket_layouts: dict[tuple[int, int, int], tuple[Tensor | None, list[int]]] = {}
+        # Squared norms of the averaged gradient per bucket, taken as each all-reduce lands.
+        self._global_parts: dict[int, Tensor] = {}
         # The replicas' local norms, being summed while the gradients are all-reduced.
         self._shared_local: tuple[Any, Tensor] | None = None
 
@@ -217,6 +219,7 @@ class AdaptiveDataParallel(nn.Module):
         if self._hook_seen:
             self._hook_sq.zero_()
             self._hook_seen = False
+        self._global_parts.clear()
 
     def _capture_first_micro(self) -> None:
         """Gradients after the first micro-batch of an accumulating step are one micro-gradient."""
@@ -236,19 +239,47 @@ class AdaptiveDataParallel(nn.Module):
 
     def _comm_hook(self, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
         buf = bucket.buffer()
+        layout = self._bucket_layout(bucket)
         if self._micro == 1:  # no accumulation this step: the bucket is one micro-gradient
-            if self._groups == 1:
-                sq = torch.linalg.vector_norm(buf, dtype=torch.float32).square().reshape(1)
-            else:
-                grads = bucket.gradients()
-                sq = grouped_sq_norms(grads, self._bucket_groups(bucket), self._groups)
-            self._hook_sq.add_(sq)
+            self._hook_sq.add_(self._flat_sq(buf, layout))
             self._hook_seen = True
         buf.div_(self.world_size)
         fut = dist.all_reduce(buf, async_op=True).get_future()
         if bucket.is_last():  # every bucket's local norm is in: share them, in the same stream
             self._share_local_norms()
-        return fut.then(lambda f: f.value()[0])
+        key = bucket.index()
+
+        def reduced(done: torch.futures.Future[list[Tensor]]) -> Tensor:
+            out = done.value()[0]
+            # The averaged gradient is still in cache now; its norm here saves the optimizer
+            # step a pass over every gradient. (Distinct keys: callbacks may run in parallel.)
+            self._global_parts[key] = self._flat_sq(out, layout)
+            return out
+
+        return fut.then(reduced)
+
+    def _flat_sq(self, flat: Tensor, layout: tuple[Tensor | None, list[int]]) -> Tensor:
+        """Squared norm per parameter group of a flat bucket buffer."""
+        index, sizes = layout
+        if index is None:
+            return torch.linalg.vector_norm(flat, dtype=torch.float32).square().reshape(1)
+        return grouped_sq_norms(list(torch.split(flat, sizes)), index, self._groups)
+
+    def _bucket_layout(self, bucket: dist.GradBucket) -> tuple[Tensor | None, list[int]]:
+        """(group of each parameter, their sizes) for a bucket; None when there is one group."""
+        params = bucket.parameters()
+        key = (bucket.index(), len(params), id(params[0]))
+        layout = self._bucket_layouts.get(key)
+        if layout is None:
+            index = None
+            if self._groups > 1:
+                index = torch.tensor(
+                    [self._group_of.get(id(p), 0) for p in params],
+                    dtype=torch.long,
+                    device=self._group_index.device,
+                )
+            layout = self._bucket_layouts[key] = (index, [p.numel() for p in params])
+        return layout
 
     def _share_local_norms(self) -> None:
         """Start summing the replicas' local norms, overlapped with the gradient all-reduce.
@@ -276,19 +307,6 @@ class AdaptiveDataParallel(nn.Module):
         world = float(self.world_size)
         mean = buf[: self._groups] / world
         return torch.where(buf[self._groups] == world, mean, torch.full_like(mean, math.nan))
-
-    def _bucket_groups(self, bucket: dist.GradBucket) -> Tensor:
-        params = bucket.parameters()
-        key = (bucket.index(), len(params), id(params[0]))
-        index = self._bucket_index.get(key)
-        if index is None:
-            index = torch.tensor(
-                [self._group_of.get(id(p), 0) for p in params],
-                dtype=torch.long,
-                device=self._group_index.device,
-            )
-            self._bucket_index[key] = index
-        return index
 
     # ------------------------------------------------------------------ optimizer step
 
@@ -353,8 +371,16 @@ class AdaptiveDataParallel(nn.Module):
 
     def _observe(self, grads: list[Tensor], micro: int, m: int, batch: int) -> None:
         index = self._index_for(grads)
-        global_sq = grouped_sq_norms(grads, index, self._groups)
         inv = self._inv_scale_sq()
+        parts = list(self._global_parts.values())
+        self._global_parts.clear()
+        if self.world_size > 1 and parts:
+            # Measured by the comm hook on the reduced buckets: still loss-scaled, and summed
+            # (not averaged) over the micro-batches of the step.
+            global_sq = torch.stack(parts).sum(0) if len(parts) > 1 else parts[0]
+            global_sq = global_sq * (inv / micro**2 if inv is not None else 1.0 / micro**2)
+        else:
+            global_sq = grouped_sq_norms(grads, index, self._groups)
         local: Tensor | None = None
         if self.world_size > 1:
             local = self._replica_mean_local()

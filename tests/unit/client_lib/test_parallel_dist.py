@@ -42,6 +42,21 @@ def _flat(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def _capture_global_norms(adp: AdaptiveDataParallel, model: nn.Module) -> list[tuple]:
+    """Record, at every noise update, the global norms given and those of the final gradients."""
+    seen: list[tuple] = []
+    update = adp.gns.update
+    groups = [list(g["params"]) for g in adp.optimizer.param_groups]
+
+    def spy(local_sq, local_bsz, global_sq, global_bsz, **kw):  # type: ignore[no-untyped-def]
+        truth = [float(sum(p.grad.double().square().sum() for p in g)) for g in groups]
+        seen.append((global_sq.tolist(), truth))
+        update(local_sq, local_bsz, global_sq, global_bsz, **kw)
+
+    adp.gns.update = spy  # type: ignore[method-assign]
+    return seen
+
+
 def _checks(rank: int) -> None:
     loss_fn = nn.functional.mse_loss
     model = _model()
@@ -85,6 +100,7 @@ def _checks(rank: int) -> None:
     torch.testing.assert_close(_flat(model), _flat(ref))
 
     # 2) One accumulation step under no_sync: replicas diverge locally, then agree after sync.
+    seen = _capture_global_norms(adp, model)
     x, y = _data(1)
     own = x[rank * 2 * M : (rank + 1) * 2 * M], y[rank * 2 * M : (rank + 1) * 2 * M]
     opt.zero_grad()
@@ -104,18 +120,24 @@ def _checks(rank: int) -> None:
     torch.testing.assert_close(_flat(model), _flat(ref))
     assert adp.progress.samples == 2 * M + 4 * M
     assert adp.gns.updates == 2
+    # The comm hook's norm of the reduced buckets, rescaled, is that of the averaged gradient.
+    assert len(seen) == 1 and seen[0][0] == pytest.approx(seen[0][1], rel=1e-5)
 
     # 3) AdaScale: the LR factor follows the noise statistics, so every rank must hold the same
     # statistics (averaged local norms), or the replicas' parameters drift apart.
     model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    first, *rest = model.parameters()  # two parameter groups: per-group bucket norms
+    opt = torch.optim.SGD([{"params": [first]}, {"params": rest, "lr": 0.05}], lr=0.1)
     adp = AdaptiveDataParallel(model, opt, init_batch_size=M, report=False)
+    seen = _capture_global_norms(adp, model)
     for step in range(2, 8):
         x, y = _data(step)
         opt.zero_grad()
         loss_fn(adp(x[mine]), y[mine]).backward()
         opt.step()
     assert adp.gns.updates == 6 and adp.lr_factors[0] != 1.0
+    for given, truth in seen:
+        assert given == pytest.approx(truth, rel=1e-5)
     for shared in (adp.gns._state, _flat(model)):
         copies = [torch.zeros_like(shared) for _ in range(WORLD)]
         dist.all_gather(copies, shared)
