@@ -64,8 +64,13 @@ def spec_from_command(
     env: list[str],
     workdir: str | None,
     max_restarts: int | None,
+    image: str | None = None,
+    gpus_per_replica: int | None = None,
+    storage_class: str | None = None,
+    claim: str | None = None,
+    checkpoint_size: str | None = None,
 ) -> AdaptiveJobSpec:
-    """An AdaptiveJob spec running ``command`` (the local backend's usual case)."""
+    """An AdaptiveJob spec running ``command``: on this machine, or in ``image`` on a cluster."""
     env_list = []
     for item in env:
         k, sep, v = item.partition("=")
@@ -73,6 +78,8 @@ def spec_from_command(
             raise ValueError(f"--env expects NAME=VALUE, got {item!r}")
         env_list.append({"name": k, "value": v})
     container: dict[str, Any] = {"name": "trainer", "command": list(command)}
+    if image:
+        container["image"] = image
     if env_list:
         container["env"] = env_list
     if workdir:
@@ -84,6 +91,19 @@ def spec_from_command(
     }
     if max_restarts is not None:
         body["maxRestarts"] = max_restarts
+    if gpus_per_replica is not None:
+        body["gpusPerReplica"] = gpus_per_replica
+    checkpoint = {
+        k: v
+        for k, v in (
+            ("storageClass", storage_class),
+            ("claimName", claim),
+            ("size", checkpoint_size),
+        )
+        if v
+    }
+    if checkpoint:
+        body["checkpoint"] = checkpoint
     return AdaptiveJobSpec.model_validate(body)
 
 
@@ -218,6 +238,22 @@ def register(app: typer.Typer) -> None:
         env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE")] = None,
         workdir: Annotated[str | None, typer.Option("--workdir", help="working directory")] = None,
         max_restarts: Annotated[int | None, typer.Option("--max-restarts")] = None,
+        image: Annotated[
+            str | None, typer.Option("--image", help="container image (Kubernetes)")
+        ] = None,
+        gpus_per_replica: Annotated[
+            int | None, typer.Option("--gpus-per-replica", help="GPUs per replica")
+        ] = None,
+        storage_class: Annotated[
+            str | None,
+            typer.Option("--storage-class", help="make the checkpoint claim from this class"),
+        ] = None,
+        claim: Annotated[
+            str | None, typer.Option("--claim", help="existing checkpoint claim")
+        ] = None,
+        checkpoint_size: Annotated[
+            str | None, typer.Option("--checkpoint-size", help="size of a made claim (10Gi)")
+        ] = None,
         backend: BackendOpt = None,
     ) -> None:
         """Submit a job: ``adl submit NAME -- python train.py`` or ``adl submit -f job.yaml``."""
@@ -237,8 +273,14 @@ def register(app: typer.Typer) -> None:
                     min_replicas=min_replicas,
                     max_replicas=max_replicas,
                     env=env or [],
-                    workdir=str(Path(workdir or ".").resolve()),
+                    # A container has its own file system: only a local job defaults to here.
+                    workdir=workdir if image else str(Path(workdir or ".").resolve()),
                     max_restarts=max_restarts,
+                    image=image,
+                    gpus_per_replica=gpus_per_replica,
+                    storage_class=storage_class,
+                    claim=claim,
+                    checkpoint_size=checkpoint_size,
                 )
             if not name:
                 raise ValueError("the job needs a name")

@@ -48,7 +48,7 @@ def preflight(
     if not image:
         errors.append(
             "template.spec.containers[0].image is required on Kubernetes "
-            "(submit an AdaptiveJob manifest with -f FILE)"
+            "(adl submit --image IMAGE ..., or an AdaptiveJob manifest with -f FILE)"
         )
     elif not _IMAGE.match(str(image)):
         errors.append(f"image {image!r} is not a valid image reference")

@@ -1,0 +1,45 @@
+"""``adl submit`` flags build the same spec a manifest would, for either backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from adl.cli.cmd_jobs import spec_from_command
+from adl.operator.client import preflight
+
+
+def _spec(**kw: object):  # type: ignore[no-untyped-def]
+    base: dict = dict(min_replicas=1, max_replicas=4, env=[], workdir=None, max_restarts=None)
+    base.update(kw)
+    return spec_from_command(["python", "train.py"], **base)
+
+
+def test_cluster_flags_reach_the_spec_and_pass_preflight() -> None:
+    spec = _spec(
+        image="registry.example/adl-job:0.1.0",
+        gpus_per_replica=2,
+        storage_class="fast",
+        checkpoint_size="20Gi",
+        env=["A=1"],
+    )
+    assert spec.trainer["image"] == "registry.example/adl-job:0.1.0"
+    assert spec.trainer["env"] == [{"name": "A", "value": "1"}]
+    assert "workingDir" not in spec.trainer
+    assert spec.gpus_per_replica == 2
+    assert spec.checkpoint.storage_class == "fast" and spec.checkpoint.size == "20Gi"
+    assert preflight("j", spec, storage_classes=["fast"], node_gpus=[4, 4]) == []
+
+
+def test_without_an_image_kubernetes_refuses_and_says_how() -> None:
+    (err,) = preflight("j", _spec(), storage_classes=None, node_gpus=None)
+    assert "--image" in err
+
+
+def test_claim_and_storage_class_together_are_refused() -> None:
+    with pytest.raises(ValueError, match="claimName or storageClass"):
+        _spec(image="img:1", claim="ckpt", storage_class="fast")
+
+
+def test_bad_env_is_refused() -> None:
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        _spec(env=["NOEQUALS"])
