@@ -13,12 +13,14 @@ norms, noise-estimate update, LR scaling, step profiling. On a GPU machine with 
 ``--nproc 1``: ADP then takes its single-replica path (two consecutive steps).
 
     .venv/bin/python benchmarks/client_overhead.py [--repeats 7] [--json out.json]
+    .venv/bin/python benchmarks/client_overhead.py --model cnn --batch 16   # a small CNN
     python benchmarks/client_overhead.py --device cuda --backend nccl --nproc 1   # GPU machine
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -35,13 +37,26 @@ from torch import nn
 from adl.client_lib.parallel import AdaptiveDataParallel
 
 
-def build_model(width: int, depth: int) -> nn.Module:
+def build_model(args: argparse.Namespace) -> nn.Module:
+    """The MLP (``--model mlp``: the worst case, ~6 x batch FLOPs per parameter per step) or a
+    small VGG-style CNN on 32x32 inputs (``--model cnn``: far more compute per parameter)."""
     torch.manual_seed(0)
     layers: list[nn.Module] = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
-    layers.append(nn.Linear(width, 10))
+    if args.model == "cnn":  # 32 -> 2 pixels over four conv stages, then two dense layers
+        channels = [3, args.width // 16, args.width // 8, args.width // 4, args.width // 2]
+        for c_in, c_out in itertools.pairwise(channels):
+            layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+        layers += [nn.Flatten(), nn.Linear(channels[-1] * 4, args.width // 2), nn.ReLU()]
+        layers.append(nn.Linear(args.width // 2, 10))
+        return nn.Sequential(*layers)
+    for _ in range(args.depth):
+        layers += [nn.Linear(args.width, args.width), nn.ReLU()]
+    layers.append(nn.Linear(args.width, 10))
     return nn.Sequential(*layers)
+
+
+def input_shape(args: argparse.Namespace) -> tuple[int, ...]:
+    return (3, 32, 32) if args.model == "cnn" else (args.width,)
 
 
 class Variant:
@@ -49,7 +64,7 @@ class Variant:
 
     def __init__(self, kind: str, args: argparse.Namespace, device: torch.device) -> None:
         self.device = device
-        model = build_model(args.width, args.depth).to(device)
+        model = build_model(args).to(device)
         self.opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         self.wrapped: nn.Module
         if kind == "adp":
@@ -61,7 +76,7 @@ class Variant:
         else:
             self.wrapped = model
         gen = torch.Generator(device="cpu").manual_seed(dist.get_rank())
-        self.xs = torch.randn(8, args.batch, args.width, generator=gen).to(device)
+        self.xs = torch.randn(8, args.batch, *input_shape(args), generator=gen).to(device)
         self.ys = torch.randint(0, 10, (8, args.batch), generator=gen).to(device)
         self.i = 0
 
@@ -143,7 +158,7 @@ def summarize(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[st
 
     overheads, cpu_overheads, best = pct("ratio"), pct("cpu_ratio"), pct("best_ratio")
     control, control_cpu = pct("control_ratio"), pct("control_cpu_ratio")
-    model = build_model(args.width, args.depth)
+    model = build_model(args)
     return {
         "overhead_pct": statistics.median(overheads),
         "overhead_pct_per_repeat": overheads,
@@ -161,7 +176,7 @@ def summarize(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[st
         "params": sum(p.numel() for p in model.parameters()),
         "config": {
             k: getattr(args, k)
-            for k in ("nproc", "device", "backend", "batch", "width", "depth", "chunks",
+            for k in ("model", "nproc", "device", "backend", "batch", "width", "depth", "chunks",
                       "chunk_steps", "warmup", "repeats", "threads", "control")
         },
         "torch": torch.__version__,
@@ -173,7 +188,8 @@ def print_table(result: dict[str, Any]) -> None:
     cfg = result["config"]
     print(
         f"client overhead: {cfg['nproc']} x {cfg['backend']} on {result['device_name']}, "
-        f"MLP {result['params'] / 1e6:.2f}M params, batch {cfg['batch']}/replica, "
+        f"{cfg['model'].upper()} {result['params'] / 1e6:.2f}M params, "
+        f"batch {cfg['batch']}/replica, "
         f"{cfg['repeats']} repeats x {cfg['chunks']} chunks x {cfg['chunk_steps']} steps"
     )
     head = f"{'repeat':>6} | {'DDP ms/step':>11} | {'ADP ms/step':>11} | {'overhead %':>10}"
@@ -207,7 +223,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--batch", type=int, default=128, help="per-replica micro-batch")
-    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    parser.add_argument("--width", type=int, default=1024, help="MLP width; CNN: last width")
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--chunks", type=int, default=8, help="timed chunks per variant")
     parser.add_argument("--chunk-steps", type=int, default=5, help="steps per timed chunk")
