@@ -75,6 +75,9 @@ def _first_batch_dim(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | Non
     return None
 
 
+_ONE_GROUP: tuple[Tensor | None, list[int]] = (None, [])
+
+
 # ---------------------------------------------------------------------------- the wrapper
 
 
@@ -239,7 +242,8 @@ class AdaptiveDataParallel(nn.Module):
 
     def _comm_hook(self, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
         buf = bucket.buffer()
-        layout = self._bucket_layout(bucket)
+        # One group (the common case) needs no layout, and so no per-parameter Python work.
+        layout = self._bucket_layout(bucket) if self._groups > 1 else _ONE_GROUP
         if self._micro == 1:  # no accumulation this step: the bucket is one micro-gradient
             self._hook_sq.add_(self._flat_sq(buf, layout))
             self._hook_seen = True
