@@ -247,18 +247,18 @@ class AdaptiveDataParallel(nn.Module):
         if self._micro == 1:  # no accumulation this step: the bucket is one micro-gradient
             self._hook_sq.add_(self._flat_sq(buf, layout))
             self._hook_seen = True
-        buf.div_(self.world_size)
-        fut = dist.all_reduce(buf, async_op=True).get_future()
+        fut = dist.all_reduce(buf, async_op=True).get_future()  # the sum over the replicas
         if bucket.is_last():  # every bucket's local norm is in: share them, in the same stream
             self._share_local_norms()
-        key = bucket.index()
+        key, world = bucket.index(), float(self.world_size)
 
         def reduced(done: torch.futures.Future[list[Tensor]]) -> Tensor:
             out = done.value()[0]
-            # The averaged gradient is still in cache now; its norm here saves the optimizer
-            # step a pass over every gradient. (Distinct keys: callbacks may run in parallel.)
-            self._global_parts[key] = self._flat_sq(out, layout)
-            return out
+            # The reduced bucket is still in cache now: its norm and the division into the
+            # average cost less here, off the backward pass, and spare the optimizer step a
+            # pass over every gradient. (Distinct keys: callbacks may run in parallel.)
+            self._global_parts[key] = self._flat_sq(out, layout) / (world * world)
+            return out.div_(world)
 
         return fut.then(reduced)
 
