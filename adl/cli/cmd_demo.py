@@ -116,8 +116,13 @@ def run_demo(
     jobs: tuple[tuple[str, str, int, int, int, float], ...] = DEMO_JOBS,
     live: bool = True,
     keep_daemon: bool = False,
+    worker_args: tuple[str, ...] = (),
 ) -> list[JobSummary]:
-    """Start a daemon on ``home``, run the demo jobs to completion, return the summary."""
+    """Start a daemon on ``home``, run the demo jobs to completion, return the summary.
+
+    ``worker_args`` are appended to every job's command (tests slow the steps down with
+    ``--step-sleep`` so a job cannot finish before the scheduler had a chance to resize it).
+    """
     from rich.console import Console
     from rich.live import Live
 
@@ -138,6 +143,7 @@ def run_demo(
                 while pending and pending[0][5] <= now:
                     name, kind, steps, lo, hi, _ = pending.pop(0)
                     argv = [sys.executable, str(script), "--kind", kind, "--steps", str(steps)]
+                    argv += worker_args
                     spec = spec_from_command(
                         argv,
                         min_replicas=lo,

@@ -24,7 +24,17 @@ def test_demo_loop_end_to_end(tmp_path: Path) -> None:
         ("late", "small", 400, 1, 2, 20.0),
     )
     try:
-        rows = run_demo(home, slots=4, round_s=1.0, timeout_s=400, jobs=jobs, live=False)
+        # At least 10 ms a step: on a fast, quiet machine the grower would otherwise finish its
+        # 1200 steps in a few seconds, before it has reported hints and been grown.
+        rows = run_demo(
+            home,
+            slots=4,
+            round_s=1.0,
+            timeout_s=400,
+            jobs=jobs,
+            live=False,
+            worker_args=("--step-sleep", "0.01"),
+        )
     finally:  # the daemon is stopped by run_demo; workers of a timed-out run are not
         for pid_file in home.glob("jobs/*/*/groups/g*.pid"):
             proc = read_pidfile(pid_file)
