@@ -176,8 +176,21 @@ def summarize(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[st
         "params": sum(p.numel() for p in model.parameters()),
         "config": {
             k: getattr(args, k)
-            for k in ("model", "nproc", "device", "backend", "batch", "width", "depth", "chunks",
-                      "chunk_steps", "warmup", "repeats", "threads", "control")
+            for k in (
+                "model",
+                "nproc",
+                "device",
+                "backend",
+                "batch",
+                "width",
+                "depth",
+                "chunks",
+                "chunk_steps",
+                "warmup",
+                "repeats",
+                "threads",
+                "control",
+            )
         },
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
@@ -197,9 +210,15 @@ def print_table(result: dict[str, Any]) -> None:
     print("-" * 87)
     control = result["control_pct_per_repeat"] or [float("nan")] * len(result["ddp_step_ms"])
     for i, (d, a, o, c, b, n) in enumerate(
-        zip(result["ddp_step_ms"], result["adp_step_ms"], result["overhead_pct_per_repeat"],
-            result["cpu_overhead_pct_per_repeat"], result["best_chunk_overhead_pct_per_repeat"],
-            control, strict=True)
+        zip(
+            result["ddp_step_ms"],
+            result["adp_step_ms"],
+            result["overhead_pct_per_repeat"],
+            result["cpu_overhead_pct_per_repeat"],
+            result["best_chunk_overhead_pct_per_repeat"],
+            control,
+            strict=True,
+        )
     ):
         cells = f"{d:>11.2f} | {a:>11.2f} | {o:>10.2f} | {c:>10.2f} | {b:>12.2f} | {n:>9.2f}"
         print(f"{i:>6} | {cells}")
@@ -232,7 +251,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument(
-        "--no-control", dest="control", action="store_false",
+        "--no-control",
+        dest="control",
+        action="store_false",
         help="skip the DDP-against-DDP control (it shows the noise floor of a shared machine)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
@@ -241,7 +262,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         mp.start_processes(
-            _worker, args=(args, os.path.join(tmp, "store"), out), nprocs=args.nproc,
+            _worker,
+            args=(args, os.path.join(tmp, "store"), out),
+            nprocs=args.nproc,
             start_method="spawn",
         )
         rows = json.loads(Path(out).read_text())

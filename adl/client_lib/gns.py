@@ -190,8 +190,12 @@ class GradientNoiseEstimator:
                 sum_sq = grouped_sq_norms(prev, group_index, self.groups)  # 4 x |mean|^2
                 both_sq = cur_sq + self._prev_sq  # 2 x the mean local norm
                 self.update(
-                    both_sq, batch_size, sum_sq, 2.0 * batch_size,
-                    local_scale=0.5, global_scale=0.25,
+                    both_sq,
+                    batch_size,
+                    sum_sq,
+                    2.0 * batch_size,
+                    local_scale=0.5,
+                    global_scale=0.25,
                 )
         if self._owns_prev:
             if paired and prev is not None:

@@ -63,9 +63,7 @@ def efficiency(grad: GradParams, init_batch_size: float, batch_size: ArrayLike) 
     return gain(grad, scale) / scale
 
 
-def sync_time(
-    perf: PerfParams, num_nodes: ArrayLike, num_replicas: ArrayLike
-) -> FloatArray:
+def sync_time(perf: PerfParams, num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
     """Gradient all-reduce time per synchronizing step (0 for a single replica)."""
     n = np.asarray(num_nodes, dtype=np.float64)
     k = np.asarray(num_replicas, dtype=np.float64)

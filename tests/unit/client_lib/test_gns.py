@@ -96,8 +96,9 @@ def test_estimator_average_converges_for_the_multi_replica_path() -> None:
     est = GradientNoiseEstimator(memory_samples=64 * 4000 * 50.0)
     for _ in range(2000):
         micro = _noisy(g, 16, (4,), gen)
-        est.update(micro[0].square().sum().reshape(1), 16, micro.mean(0).square().sum().reshape(1),
-                   64)
+        est.update(
+            micro[0].square().sum().reshape(1), 16, micro.mean(0).square().sum().reshape(1), 64
+        )
     est.publish()
     params = est.grad_params(init_batch_size=32)
     assert params is not None

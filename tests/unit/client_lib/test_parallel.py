@@ -89,8 +89,9 @@ def test_accumulation_averages_micro_batches_and_uses_the_first_micro_gradient()
     model = _model()
     reference = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    adp = AdaptiveDataParallel(model, opt, scaling_rule=LinearScale(), init_batch_size=8,
-                               report=False)
+    adp = AdaptiveDataParallel(
+        model, opt, scaling_rule=LinearScale(), init_batch_size=8, report=False
+    )
     x, y = _data(gen, 24)
     opt.zero_grad()
     with adp.no_sync():
@@ -143,8 +144,7 @@ def test_grad_scaler_statistics_equal_unscaled_ones_and_skip_inf_steps() -> None
         model = _model()
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12, enabled=use_scaler)
-        adp = AdaptiveDataParallel(model, opt, grad_scaler=scaler, init_batch_size=4,
-                                   report=False)
+        adp = AdaptiveDataParallel(model, opt, grad_scaler=scaler, init_batch_size=4, report=False)
         for _ in range(6):
             x, y = _data(gen, 16)
             opt.zero_grad()

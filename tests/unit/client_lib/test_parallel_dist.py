@@ -62,8 +62,9 @@ def _checks(rank: int) -> None:
     model = _model()
     ref = copy.deepcopy(model)  # single-process replay of the whole global batch
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    adp = AdaptiveDataParallel(model, opt, scaling_rule=LinearScale(), init_batch_size=M,
-                               report=False)
+    adp = AdaptiveDataParallel(
+        model, opt, scaling_rule=LinearScale(), init_batch_size=M, report=False
+    )
     assert isinstance(adp.module, nn.parallel.DistributedDataParallel)
 
     # 1) No accumulation: the comm hook sees this rank's own micro-gradient before averaging.
@@ -163,7 +164,9 @@ def test_two_gloo_replicas(tmp_path: Path) -> None:
     errors.mkdir()
     try:
         mp.start_processes(
-            _worker, args=(str(tmp_path / "store"), str(errors)), nprocs=WORLD,
+            _worker,
+            args=(str(tmp_path / "store"), str(errors)),
+            nprocs=WORLD,
             start_method="spawn",
         )
     except Exception as err:
