@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -361,21 +360,29 @@ def register(app: typer.Typer) -> None:
         backend: BackendOpt = None,
     ) -> None:
         """A live table of jobs (Ctrl-C to leave)."""
+        import signal
+        import threading
+
         from rich.live import Live
 
         b = _backend(backend)
+        # Ctrl-C sets a flag instead of raising: a KeyboardInterrupt landing inside rich's
+        # refresh machinery could leave its thread un-joinable and the command hanging.
+        stop = threading.Event()
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
         try:
             if once:
                 Console().print(jobs_table(b.list(namespace)))
                 return
             with Live(jobs_table(b.list(namespace)), refresh_per_second=4) as live:
-                while True:
-                    time.sleep(interval)
+                while not stop.wait(interval):
                     live.update(jobs_table(b.list(namespace)))
         except BackendError as err:
             raise fail(str(err)) from None
-        except KeyboardInterrupt:
-            pass
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
 
 
 def _check_name(name: str) -> None:

@@ -160,7 +160,7 @@ def test_top_once_and_live(adl_home: Path, daemon: int) -> None:
         env={**os.environ, "COLUMNS": "120"},
     )
     try:
-        time.sleep(3.0)
+        time.sleep(5.0)  # past the interpreter's start-up, even on a loaded machine
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)
     finally:
