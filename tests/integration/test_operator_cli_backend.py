@@ -21,6 +21,21 @@ from adl.operator.store import MERGE, api_client
 TEMPLATE = {"spec": {"containers": [{"name": "trainer", "image": "t:1", "command": ["python"]}]}}
 
 
+async def patch_status(name: str, status: dict[str, Any]) -> None:
+    """Merge-patch a job's status as the operator would (the fake API server keeps it)."""
+    custom = client.CustomObjectsApi(api_client())
+    await asyncio.to_thread(
+        custom.patch_namespaced_custom_object_status,
+        "adl.dev",
+        "v1",
+        "default",
+        "adaptivejobs",
+        name,
+        status,
+        _content_type=MERGE,
+    )
+
+
 async def test_submit_list_get_delete(k8s: Any) -> None:
     core = client.CoreV1Api(api_client())
     node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}
@@ -47,17 +62,7 @@ async def test_submit_list_get_delete(k8s: Any) -> None:
             "kopf": {"foreign": "ignored"},
         }
     }
-    custom = client.CustomObjectsApi(api_client())
-    await asyncio.to_thread(
-        custom.patch_namespaced_custom_object_status,
-        "adl.dev",
-        "v1",
-        "default",
-        "adaptivejobs",
-        "bert",
-        status,
-        _content_type=MERGE,
-    )
+    await patch_status("bert", status)
     (listed,) = await asyncio.to_thread(backend.list, None)
     assert listed.status.phase == "Running" and listed.status.replicas == 2
     got = await asyncio.to_thread(backend.get, "bert", "default")
@@ -201,17 +206,7 @@ async def test_cli_commands_pick_kubernetes_from_the_kube_context(k8s: Any, tmp_
             "hints": {"initBatchSize": 64, "progress": 120.0, "totalProgress": 1000.0},
         }
     }
-    custom = client.CustomObjectsApi(api_client())
-    await asyncio.to_thread(
-        custom.patch_namespaced_custom_object_status,
-        "adl.dev",
-        "v1",
-        "default",
-        "adaptivejobs",
-        "bert",
-        status,
-        _content_type=MERGE,
-    )
+    await patch_status("bert", status)
     event = {
         "metadata": {"name": "bert.1", "namespace": "default"},
         "involvedObject": {"kind": "AdaptiveJob", "name": "bert", "namespace": "default"},
