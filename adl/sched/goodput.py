@@ -249,6 +249,11 @@ def _free_mask(obs: Observations) -> dict[str, bool]:
     }
 
 
+def identifiable(obs: Observations) -> dict[str, bool]:
+    """Which throughput parameters these observations determine (the rest take priors)."""
+    return _free_mask(obs)
+
+
 def _assemble(x: FloatArray, free: dict[str, bool]) -> PerfParams:
     values: dict[str, float] = {}
     it = iter(x)
@@ -268,7 +273,11 @@ def _assemble(x: FloatArray, free: dict[str, bool]) -> PerfParams:
     return PerfParams(**values)
 
 
-def fit_perf_params(obs: Observations, initial: PerfParams | None = None) -> PerfParams:
+def fit_perf_params(
+    obs: Observations,
+    initial: PerfParams | None = None,
+    warm_free: dict[str, bool] | None = None,
+) -> PerfParams:
     """Bounded least squares on the log error of compute and optimizer-step times."""
     if len(obs) == 0:
         raise ValueError("cannot fit a throughput model without observations")
@@ -308,13 +317,73 @@ def fit_perf_params(obs: Observations, initial: PerfParams | None = None) -> Per
         err_s = np.log(np.maximum(pred_s, 1e-12)) - log_s
         return np.concatenate([err_c, err_s])
 
+    cols = [name for name in _NAMES if free[name]]
+    n_obs = obs.num_nodes
+    extra = np.maximum(obs.num_replicas - 2.0, 0.0)
+    multi = obs.num_replicas > 1
+    across = multi & (n_obs > 1)
+    within = multi & ~(n_obs > 1)
+
+    def jacobian(x: FloatArray) -> FloatArray:
+        """Analytic derivatives of :func:`residuals` (a finite-difference Jacobian costs one
+        residual evaluation per parameter and dominates simulator replays)."""
+        p = _assemble(x, free)
+        tc = compute_time(p, obs.local_bsz)
+        ts = sync_time(p, n_obs, obs.num_replicas)
+        g = p.gamma
+        big = np.maximum(tc, ts)
+        small = np.minimum(tc, ts)
+        r = np.where(big > 0, small / np.where(big > 0, big, 1.0), 0.0)
+        rg = np.power(r, g)
+        w_small = rg / (1.0 + rg)  # share of the smaller term in (tc^g + ts^g)
+        c_is_big = tc >= ts
+        w_c = np.where(c_is_big, 1.0 - w_small, w_small)
+        w_s = 1.0 - w_c
+        d_ps_dc = w_c / np.maximum(tc, 1e-12)  # d log pred_s / d tc
+        d_ps_ds = np.where(ts > 0, w_s / np.maximum(ts, 1e-12), 0.0)
+        d_c = 1.0 / np.maximum(tc, 1e-12)  # d log pred_c / d tc
+        log_r = np.log(np.where(r > 0, r, 1.0))
+        d_g = -np.log1p(rg) / g**2 + w_small * log_r / g
+        nobs = len(tc)
+        jac = np.zeros((2 * nobs, len(cols)))
+        for i, name in enumerate(cols):
+            if name == "alpha_c":
+                jac[:nobs, i], jac[nobs:, i] = d_c, d_ps_dc
+            elif name == "beta_c":
+                jac[:nobs, i], jac[nobs:, i] = d_c * obs.local_bsz, d_ps_dc * obs.local_bsz
+            elif name == "gamma":
+                jac[nobs:, i] = d_g
+            else:
+                mask = across if name.endswith("_n") else within
+                # an unobserved regime copies the observed one (see _assemble)
+                if name == "alpha_r" and not free["alpha_n"]:
+                    mask = multi
+                if name == "beta_r" and not free["beta_n"]:
+                    mask = multi
+                if name == "alpha_n" and not free["alpha_r"]:
+                    mask = multi
+                if name == "beta_n" and not free["beta_r"]:
+                    mask = multi
+                dts = np.where(mask, 1.0 if name.startswith("alpha") else extra, 0.0)
+                jac[nobs:, i] = d_ps_ds * dts
+        return jac
+
     def solve(start: FloatArray) -> scipy.optimize.OptimizeResult:
         return scipy.optimize.least_squares(
-            residuals, start, bounds=(lb, ub), method="trf", x_scale="jac", xtol=1e-10
+            residuals,
+            start,
+            jac=jacobian,
+            bounds=(lb, ub),
+            method="trf",
+            x_scale="jac",
+            xtol=1e-10,
         )
 
     best = solve(x0_arr)
-    if free["gamma"]:  # the overlap exponent makes the loss non-convex: try a second start
+    # The overlap exponent makes the loss non-convex: try a second start, unless warm-started
+    # from a fit that already had gamma free (its optimum moves little with one more row).
+    warm = initial is not None and warm_free is not None and warm_free == free
+    if free["gamma"] and not warm:
         x1 = x0_arr.copy()
         x1[-1] = 5.0
         alt = solve(x1)

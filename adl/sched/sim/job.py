@@ -18,6 +18,7 @@ from adl.sched.goodput import (
     Observations,
     PerfParams,
     fit_perf_params,
+    identifiable,
 )
 from adl.sched.sim.batching import BatchConfig, split_batch
 from adl.sched.sim.traces import AppTrace
@@ -62,6 +63,7 @@ class SimJob:
     grad: GradParams | None = None
     _perf: PerfParams | None = None
     _perf_stale: bool = False
+    _fit_free: dict[str, bool] | None = None  # parameters the last fit could identify
     _speedup: SpeedupFn | None = None
     _speedup_key: tuple[object, ...] | None = None
 
@@ -118,7 +120,10 @@ class SimJob:
         """Throughput model fitted to the job's own profile (refitted lazily when it grew)."""
         if self._perf_stale:
             rows = [(n, k, m, st - sy, st) for (n, k, m), (st, sy) in self.profile.items()]
-            self._perf = fit_perf_params(Observations.from_rows(rows), initial=self._perf)
+            obs = Observations.from_rows(rows)
+            # Warm start from the last fit: one local solve unless a new regime appeared.
+            self._perf = fit_perf_params(obs, initial=self._perf, warm_free=self._fit_free)
+            self._fit_free = identifiable(obs)
             self._perf_stale = False
         return self._perf
 

@@ -11,6 +11,7 @@ from adl.sched.goodput import (
     efficiency,
     fit_perf_params,
     gain,
+    identifiable,
     step_time,
 )
 from adl.sched.speedup import SpeedupFunction
@@ -41,6 +42,40 @@ def test_fit_with_noise_predicts_within_a_few_percent():
     for n, k, m in [(2, 8, 50), (4, 16, 100), (1, 3, 20)]:
         rel = step_time(fit, n, k, m) / step_time(TRUE, n, k, m) - 1
         assert abs(rel) < 0.05
+
+
+def test_warm_single_start_refit_matches_a_cold_fit():
+    # The simulator refits after each new configuration from the previous fit with one local
+    # solve; it must land where a full two-start cold fit does.
+    configs = [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8)]
+    prev = fit_perf_params(_synthetic(configs[:-1], noise=0.02, seed=5))
+    obs = _synthetic(configs, noise=0.02, seed=5)
+    cold = fit_perf_params(obs)
+    warm = fit_perf_params(obs, initial=prev, warm_free=identifiable(obs))
+    for n, k, m in [(2, 8, 50), (4, 16, 100), (1, 3, 20)]:
+        assert step_time(warm, n, k, m) == pytest.approx(step_time(cold, n, k, m), rel=1e-3)
+
+
+def test_fit_uses_an_exact_jacobian(monkeypatch):
+    # An analytic Jacobian (not finite differences) keeps refits cheap; check it is right.
+    import scipy.optimize
+
+    seen = {}
+    real = scipy.optimize.least_squares
+
+    def spy(fun, x0, jac, **kw):
+        seen.update(fun=fun, jac=jac, x=np.asarray(x0))
+        return real(fun, x0, jac=jac, **kw)
+
+    monkeypatch.setattr(scipy.optimize, "least_squares", spy)
+    fit_perf_params(_synthetic([(1, 1), (1, 2), (1, 4), (2, 8)], noise=0.02))
+    fun, jac, x = seen["fun"], seen["jac"], seen["x"] * 1.3 + 0.01
+    assert callable(jac)
+    numeric = np.stack(
+        [(fun(x + h) - fun(x - h)) / (2 * h[i]) for i, h in enumerate(np.eye(len(x)) * 1e-7)],
+        axis=1,
+    )
+    np.testing.assert_allclose(jac(x), numeric, rtol=1e-4, atol=1e-4)
 
 
 def test_unobserved_regimes_are_optimistic():

@@ -1,0 +1,170 @@
+"""Policy exploration: named AdlPolicy variants on published + generated workloads, with a
+per-application breakdown (JCT, queueing before the first start, GPUs while running) beside the
+physical limit of each application (alone on the cluster from submission).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/policy_explore.py --variants base,srpt1
+        [--workloads 1,2,3,4] [--generated 2] [--jobs 2] [--traces DIR] [--json PATH]
+        [--breakdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+from adl.sched.policy import AdlPolicy  # noqa: E402
+from adl.sched.sim.generate import generate_workload  # noqa: E402
+from adl.sched.sim.metrics import summarize  # noqa: E402
+from adl.sched.sim.published import published_avg_jct  # noqa: E402
+from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
+from adl.sched.sim.traces import load_traces  # noqa: E402
+from adl.sched.sim.workload import load_workload  # noqa: E402
+
+#: variant name -> AdlPolicy knobs (empty = defaults)
+VARIANTS: dict[str, dict[str, float]] = {
+    "base": {},
+    "srpt1": {"srpt_power": 1.0},
+    "srpt075": {"srpt_power": 0.75},
+    "srpt025": {"srpt_power": 0.25},
+    "fair0": {"fairness": 0.0},
+    "fair05": {"fairness": 0.5},
+    "ramp4": {"ramp_factor": 4.0},
+    "grow1": {"grow_restarts": 1.0},
+    "horizon3600": {"restart_horizon_s": 3600.0},
+    "horizon900": {"restart_horizon_s": 900.0},
+}
+
+PUBLISHED_P99 = {"workload-1": 39105, "workload-2": 43324, "workload-3": 14570, "workload-4": 51976}
+PUBLISHED_MAKESPAN = {
+    "workload-1": 64849,
+    "workload-2": 56644,
+    "workload-3": 36806,
+    "workload-4": 64694,
+}
+
+
+def parse_variant(spec: str) -> tuple[str, dict[str, float]]:
+    """``name`` from :data:`VARIANTS` or ``name:knob=value,knob=value`` ad hoc."""
+    if ":" not in spec:
+        return spec, VARIANTS[spec]
+    name, rest = spec.split(":", 1)
+    knobs = {k: float(v) for k, v in (kv.split("=") for kv in rest.split("+"))}
+    return name, knobs
+
+
+def app_limits(traces: Path) -> dict[str, float]:
+    from physical_limit import AppLimit
+
+    return {d.name: AppLimit(d).job_time for d in sorted((traces / "traces").iterdir())}
+
+
+def run_one(args: tuple[str, dict[str, float], str, str, int | None, str | None]) -> dict[str, Any]:
+    variant, knobs, workload, traces, gen_seed, path = args
+    apps = load_traces(traces)
+    jobs = load_workload(path) if path else generate_workload(int(gen_seed or 1))
+    t0 = time.perf_counter()
+    result = simulate(jobs, AdlPolicy(seed=0, **knobs), traces=apps, config=SimConfig())
+    row = summarize(result)
+    row.update(variant=variant, workload=workload, wall_s=time.perf_counter() - t0)
+    # per-application breakdown from the timeline
+    first: dict[str, int] = {}
+    gpu_s: dict[str, float] = defaultdict(float)
+    run_s: dict[str, float] = defaultdict(float)
+    # GPUs held per round: the allocation made at time t holds for the next round
+    times = [t for t, _ in result.timeline]
+    for i, (t, alloc) in enumerate(result.timeline):
+        nxt = times[i + 1] if i + 1 < len(times) else t + 60
+        for name, g in alloc.items():
+            if g > 0:
+                first.setdefault(name, t)
+                gpu_s[name] += g * (nxt - t)
+                run_s[name] += nxt - t
+    per_app: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for j in result.jobs:
+        if j.jct_s is None:
+            continue
+        a = per_app[j.application]
+        a["jct"].append(j.jct_s)
+        a["queue"].append(first.get(j.name, j.submit_s) - j.submit_s)
+        a["gpus"].append(gpu_s[j.name] / max(run_s[j.name], 1.0))
+        a["restarts"].append(j.restarts)
+    row["apps"] = {
+        app: {k: float(np.mean(v)) for k, v in d.items()} | {"n": len(d["jct"])}
+        for app, d in per_app.items()
+    }
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default="base")
+    ap.add_argument("--workloads", default="1,2,3,4")
+    ap.add_argument("--generated", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--traces", default="/work/shared/pollux-traces")
+    ap.add_argument("--json")
+    ap.add_argument("--breakdown", action="store_true")
+    a = ap.parse_args()
+    traces = Path(a.traces)
+    tasks = []
+    for spec in a.variants.split(","):
+        name, knobs = parse_variant(spec)
+        for w in [x for x in a.workloads.split(",") if x]:
+            path = str(traces / "workloads" / f"workload-{w}.csv")
+            tasks.append((name, knobs, f"workload-{w}", str(traces), None, path))
+        for s in range(1, a.generated + 1):
+            tasks.append((name, knobs, f"generated-{s}", str(traces), s, None))
+    with ProcessPoolExecutor(a.jobs) as pool:
+        rows = list(pool.map(run_one, tasks))
+    limits = app_limits(traces)
+    print(f"{'variant':14s} {'workload':12s} {'avgJCT':>7s} {'xPollux':>7s} {'p99':>7s} "
+          f"{'p99/P':>6s} {'makesp':>7s} {'mk/P':>5s} {'rst':>4s} {'ms95':>5s} {'wall':>5s}")
+    by_variant: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_variant[r["variant"]].append(r)
+        pub = published_avg_jct(r["workload"], "adl")
+        p99 = PUBLISHED_P99.get(r["workload"])
+        mk = PUBLISHED_MAKESPAN.get(r["workload"])
+        print(
+            f"{r['variant']:14s} {r['workload']:12s} {r['avg_jct_s']:7.0f} "
+            f"{(r['avg_jct_s'] / pub if pub else float('nan')):7.3f} {r['p99_jct_s']:7.0f} "
+            f"{(r['p99_jct_s'] / p99 if p99 else float('nan')):6.3f} {r['makespan_s']:7.0f} "
+            f"{(r['makespan_s'] / mk if mk else float('nan')):5.2f} {r['restarts_per_job']:4.1f} "
+            f"{r['round_ms_p95']:5.1f} {r['wall_s']:5.0f}"
+        )
+        if a.breakdown:
+            for app, d in sorted(r["apps"].items()):
+                print(
+                    f"    {app:12s} n={d['n']:3d} jct={d['jct']:7.0f} alone={limits[app]:6.0f} "
+                    f"queue={d['queue']:6.0f} gpus={d['gpus']:5.1f} rst={d['restarts']:4.1f} "
+                    f"share={d['jct'] * d['n'] / (r['avg_jct_s'] * r['jobs']):.2f}"
+                )
+    for v, rs in by_variant.items():
+        pub = [r for r in rs if r["workload"].startswith("workload")]
+        gen = [r for r in rs if r["workload"].startswith("generated")]
+        print(
+            f"MEAN {v:14s} published={np.mean([r['avg_jct_s'] for r in pub]):.0f} "
+            f"generated={np.mean([r['avg_jct_s'] for r in gen]) if gen else float('nan'):.0f} "
+            f"per-wl={'/'.join(str(round(r['avg_jct_s'])) for r in rs)}"
+        )
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
