@@ -132,8 +132,10 @@ def main() -> None:
     with ProcessPoolExecutor(a.jobs) as pool:
         rows = list(pool.map(run_one, tasks))
     limits = app_limits(traces)
-    print(f"{'variant':14s} {'workload':12s} {'avgJCT':>7s} {'xPollux':>7s} {'p99':>7s} "
-          f"{'p99/P':>6s} {'makesp':>7s} {'mk/P':>5s} {'rst':>4s} {'ms95':>5s} {'wall':>5s}")
+    print(
+        f"{'variant':14s} {'workload':12s} {'avgJCT':>7s} {'xPollux':>7s} {'p99':>7s} "
+        f"{'p99/P':>6s} {'makesp':>7s} {'mk/P':>5s} {'rst':>4s} {'ms95':>5s} {'wall':>5s}"
+    )
     by_variant: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by_variant[r["variant"]].append(r)
