@@ -54,6 +54,18 @@ def grouped_sq_norms(grads: Sequence[Tensor], group_index: Tensor | None, groups
     return out.index_add_(0, group_index, norms.square())
 
 
+def flat_sq_norm(flat: Tensor) -> Tensor:
+    """Squared L2 norm of a flat tensor as float32 ``(1,)``: one kernel, no host sync.
+
+    float32 goes through BLAS ``dot``, about a third cheaper on CPU than ``vector_norm`` and
+    closer to the float64 value over millions of elements; other dtypes accumulate in float32.
+    """
+    if flat.dtype == torch.float32:
+        flat = flat.reshape(-1)
+        return torch.dot(flat, flat).reshape(1)
+    return torch.linalg.vector_norm(flat, dtype=torch.float32).square().reshape(1)
+
+
 class HostMirror:
     """A lagged host copy of a small device tensor: pushed without blocking, read when ready."""
 

@@ -9,12 +9,19 @@ step, the library:
 2. measures the gradient's squared norm per parameter group and, against a local gradient taken
    before averaging (a DDP comm hook sees each bucket before the all-reduce; with accumulation,
    the first micro-batch's gradient; alone, the previous step; averaged over the replicas so all
-   ranks share one estimate), updates the noise estimate;
+   ranks share one estimate), updates the noise estimate (every ``stats_interval`` optimizer
+   steps; 1, the default, measures every step);
 3. multiplies each group's learning rate by the scaling rule's factor for the step only;
 4. counts progress in scale-invariant steps and, if given a scheduler, steps it once per
    scale-invariant step.
 
 Statistics stay on the device; the LR factor uses the latest host copy (at most a step old).
+
+Cost per synchronizing step with several replicas, beyond DDP's own: one pass over each bucket for
+the local norm and the 1/K scaling (done together, before the all-reduce, as DDP's own hook
+does), one for the norm of the reduced bucket, one small all-reduce of the local norms, and a
+fixed handful of tiny tensor ops; no host sync and no Python work per parameter. With
+accumulation the 1/(K * micro-steps) averaging is folded into that same scaling pass.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from adl.client_lib.context import get_context, has_context
-from adl.client_lib.gns import GradientNoiseEstimator, grouped_sq_norms
+from adl.client_lib.gns import GradientNoiseEstimator, flat_sq_norm, grouped_sq_norms
 from adl.client_lib.profile import Profile
 from adl.client_lib.reporter import HintsReporter, build_hints
 from adl.client_lib.scaling import Progress, ScalingRule, adascale_gain, default_rule
@@ -78,6 +85,11 @@ def _first_batch_dim(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | Non
 _ONE_GROUP: tuple[Tensor | None, list[int]] = (None, [])
 
 
+def _first_tensor(done: torch.futures.Future[list[Tensor]]) -> Tensor:
+    """An all-reduce future's tensor: what DDP expects a comm hook's future to hold."""
+    return done.value()[0]
+
+
 # ---------------------------------------------------------------------------- the wrapper
 
 
@@ -98,9 +110,16 @@ class AdaptiveDataParallel(nn.Module):
         memory_samples: float | None = None,
         name: str = "adaptive_data_parallel",
         report: bool = True,
+        stats_interval: int = 1,
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__()
+        if stats_interval < 1:
+            raise ValueError("stats_interval must be >= 1")
+        # Noise statistics every this many optimizer steps (1: every step). Larger values save
+        # the norm passes on the other steps; the estimate stays unbiased but averages fewer
+        # observations over the same memory, so it is noisier.
+        self.stats_interval = int(stats_interval)
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.scaling_rule = scaling_rule or default_rule(optimizer)
@@ -146,6 +165,8 @@ class AdaptiveDataParallel(nn.Module):
         self._new_cycle = True
         self._cycle_bsz: int | None = None
         self._pending_local: Tensor | None = None
+        self._stats_now = True  # whether this optimizer step measures noise statistics
+        self._synced = False  # whether the comm hook reduced (and averaged) this step's buckets
         self._hook_sq = torch.zeros(self._groups, dtype=torch.float32, device=device)
         self._hook_seen = False
         self._bucket_layouts: dict[tuple[int, int, int], tuple[Tensor | None, list[int]]] = {}
@@ -160,10 +181,15 @@ class AdaptiveDataParallel(nn.Module):
             # (with a comm hook, DDP can no longer fold the 1/K scaling into that copy).
             ddp_kwargs.setdefault("gradient_as_bucket_view", True)
             self.module: nn.Module = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
+            # When DDP holds every parameter the optimizer updates, the hook's scaling pass can
+            # also average over the micro-steps (one pass less per accumulating step).
+            in_ddp = {id(p) for p in model.parameters()}
+            self._fold_micro = all(id(p) in in_ddp for p in self._params)
             # DDP inspects hook annotations, which postponed evaluation turns into strings.
             self.module.register_comm_hook(None, lambda state, bucket: self._comm_hook(bucket))
         else:
             self.module = model
+            self._fold_micro = False
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
         self._patch_optimizer()
         self._register_checkpoint()
@@ -200,7 +226,7 @@ class AdaptiveDataParallel(nn.Module):
         sync = self._sync_now()
         if self._new_cycle:
             self._start_cycle()
-        elif self._micro == 1:
+        elif self._micro == 1 and self._stats_now:
             self._capture_first_micro()
         bsz = _first_batch_dim(args, kwargs) or int(_ctx_attr(self._ctx, "local_bsz", 0)) or 1
         if self._cycle_bsz is None:
@@ -217,8 +243,11 @@ class AdaptiveDataParallel(nn.Module):
 
     def _start_cycle(self) -> None:
         self._micro = 0
+        # Decided from the step count, which every rank (and a resumed run) shares.
+        self._stats_now = self._measures(self.progress.steps)
         self._cycle_bsz = None
         self._pending_local = None
+        self._synced = False
         if self._hook_seen:
             self._hook_sq.zero_()
             self._hook_seen = False
@@ -229,6 +258,17 @@ class AdaptiveDataParallel(nn.Module):
         grads = [p.grad for p in self._params if p.grad is not None]
         if grads:
             self._pending_local = grouped_sq_norms(grads, self._index_for(grads), self._groups)
+
+    def _measures(self, step: int) -> bool:
+        """Whether optimizer step ``step`` measures the noise statistics.
+
+        Alone, the estimate pairs consecutive steps, so the step before a measured one is
+        measured too (its gradient is the pair's first half).
+        """
+        n = self.stats_interval
+        if n == 1:
+            return True
+        return step % n == 0 or (self.world_size == 1 and step % n == n - 1)
 
     def _index_for(self, grads: list[Tensor]) -> Tensor | None:
         if self._groups == 1:
@@ -242,23 +282,29 @@ class AdaptiveDataParallel(nn.Module):
 
     def _comm_hook(self, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
         buf = bucket.buffer()
+        stats, micro = self._stats_now, max(self._micro, 1)
         # One group (the common case) needs no layout, and so no per-parameter Python work.
-        layout = self._bucket_layout(bucket) if self._groups > 1 else _ONE_GROUP
-        if self._micro == 1:  # no accumulation this step: the bucket is one micro-gradient
+        layout = self._bucket_layout(bucket) if stats and self._groups > 1 else _ONE_GROUP
+        if stats and micro == 1:  # no accumulation this step: the bucket is one micro-gradient
             self._hook_sq.add_(self._flat_sq(buf, layout))
             self._hook_seen = True
-        fut = dist.all_reduce(buf, async_op=True).get_future()  # the sum over the replicas
+        # Average before the sum, as DDP does, right after the norm read the bucket (it is
+        # still in cache); the micro-steps' mean is folded in when DDP holds every parameter.
+        buf.mul_(1.0 / (self.world_size * (micro if self._fold_micro else 1)))
+        self._synced = True
+        fut = dist.all_reduce(buf, async_op=True).get_future()
+        if not stats:
+            return fut.then(_first_tensor)
         if bucket.is_last():  # every bucket's local norm is in: share them, in the same stream
             self._share_local_norms()
-        key, world = bucket.index(), float(self.world_size)
+        key = bucket.index()
 
         def reduced(done: torch.futures.Future[list[Tensor]]) -> Tensor:
             out = done.value()[0]
-            # The reduced bucket is still in cache now: its norm and the division into the
-            # average cost less here, off the backward pass, and spare the optimizer step a
-            # pass over every gradient. (Distinct keys: callbacks may run in parallel.)
-            self._global_parts[key] = self._flat_sq(out, layout) / (world * world)
-            return out.div_(world)
+            # The norm of the averaged bucket as it lands, off the optimizer step's critical
+            # path. (Distinct keys: callbacks may run in parallel.)
+            self._global_parts[key] = self._flat_sq(out, layout)
+            return out
 
         return fut.then(reduced)
 
@@ -266,7 +312,7 @@ class AdaptiveDataParallel(nn.Module):
         """Squared norm per parameter group of a flat bucket buffer."""
         index, sizes = layout
         if index is None:
-            return torch.linalg.vector_norm(flat, dtype=torch.float32).square().reshape(1)
+            return flat_sq_norm(flat)
         return grouped_sq_norms(list(torch.split(flat, sizes)), index, self._groups)
 
     def _bucket_layout(self, bucket: dist.GradBucket) -> tuple[Tensor | None, list[int]]:
@@ -289,28 +335,27 @@ class AdaptiveDataParallel(nn.Module):
         """Start summing the replicas' local norms, overlapped with the gradient all-reduce.
 
         Every rank averages the same values, so all hold one noise estimate (hence the same LR
-        factor and parameters). Issued on every synchronizing backward by every rank, with a
-        count of the ranks that had a local norm, so that no rank can skip the collective.
+        factor and parameters). Issued on every measuring backward by every rank, so that no
+        rank can skip the collective; a rank without a local norm sends NaN, which voids the
+        step's observation on every rank alike.
         """
         if self._shared_local is not None:  # a skipped step (e.g. GradScaler found infs)
             self._shared_local[0].wait()
         local = self._hook_sq if self._micro == 1 and self._hook_seen else self._pending_local
-        buf = torch.zeros(self._groups + 1, dtype=torch.float32, device=self._hook_sq.device)
-        if local is not None:
-            buf[: self._groups].copy_(local)
-            buf[self._groups] = 1.0
+        if local is None:
+            buf = torch.full((self._groups,), math.nan, device=self._hook_sq.device)
+        else:
+            buf = local.clone()  # the hook's own accumulator is reset at the next step
         self._shared_local = (dist.all_reduce(buf, async_op=True), buf)
 
-    def _replica_mean_local(self) -> Tensor | None:
-        """The average of the replicas' local norms (NaN, hence ignored, if one had none)."""
+    def _replica_local_sum(self) -> Tensor | None:
+        """The sum of the replicas' local norms (NaN if one had none)."""
         shared, self._shared_local = self._shared_local, None
         if shared is None:
             return None
         work, buf = shared
         work.wait()  # finished with the gradients; with NCCL it only orders the streams
-        world = float(self.world_size)
-        mean = buf[: self._groups] / world
-        return torch.where(buf[self._groups] == world, mean, torch.full_like(mean, math.nan))
+        return buf
 
     # ------------------------------------------------------------------ optimizer step
 
@@ -337,7 +382,6 @@ class AdaptiveDataParallel(nn.Module):
         return scale.double().reciprocal().square().float()
 
     def _optimizer_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        grads = [p.grad for p in self._params if p.grad is not None]
         micro = max(self._micro, 1)
         m = self._cycle_bsz or 1
         batch = self.world_size * m * micro
@@ -351,10 +395,19 @@ class AdaptiveDataParallel(nn.Module):
         group_stats: list[GradParams | None] = list(stats) if stats else [None] * self._groups
         factors = self.scaling_rule.factors(scale, group_stats, self.progress)
         gain = adascale_gain(scale, self.gns.grad_params(b0))
-        if grads:
-            if micro > 1:
+        measure = self._stats_now
+        hooked = self.world_size > 1 and self._synced
+        folded = hooked and self._fold_micro  # the comm hook already averaged the micro-steps
+        grads: list[Tensor] = []
+        if (micro > 1 and not folded) or (measure and not hooked):
+            grads = [p.grad for p in self._params if p.grad is not None]
+            if micro > 1 and not folded and grads:
                 torch._foreach_mul_(grads, 1.0 / micro)
-            self._observe(grads, micro, m, batch)
+        if measure and (hooked or grads):
+            self._observe(grads, micro, m, batch, folded)
+        elif self.world_size == 1 and micro == 1 and not measure:
+            self.gns.forget_previous()  # the next measured step must not pair with a stale one
+        self._global_parts.clear()
         saved = [group["lr"] for group in self.optimizer.param_groups]
         for group, factor in zip(self.optimizer.param_groups, factors, strict=True):
             group["lr"] = group["lr"] * factor
@@ -373,27 +426,32 @@ class AdaptiveDataParallel(nn.Module):
                 self._sched_ticks += 1
         return result
 
-    def _observe(self, grads: list[Tensor], micro: int, m: int, batch: int) -> None:
-        index = self._index_for(grads)
+    def _observe(self, grads: list[Tensor], micro: int, m: int, batch: int, folded: bool) -> None:
         inv = self._inv_scale_sq()
         parts = list(self._global_parts.values())
-        self._global_parts.clear()
+        global_scale = 1.0
         if self.world_size > 1 and parts:
             # Measured by the comm hook on the reduced buckets: still loss-scaled, and summed
-            # (not averaged) over the micro-batches of the step.
-            global_sq = torch.stack(parts).sum(0) if len(parts) > 1 else parts[0]
-            global_sq = global_sq * (inv / micro**2 if inv is not None else 1.0 / micro**2)
-        else:
-            global_sq = grouped_sq_norms(grads, index, self._groups)
+            # (not averaged) over the micro-batches unless the hook folded that in.
+            global_sq = parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
+            global_scale = 1.0 if folded else 1.0 / micro**2
+            if inv is not None:
+                global_sq = global_sq * inv
+        else:  # the final gradients, which a GradScaler has unscaled by now
+            global_sq = grouped_sq_norms(grads, self._index_for(grads), self._groups)
         local: Tensor | None = None
+        local_scale = 1.0
         if self.world_size > 1:
-            local = self._replica_mean_local()
+            local, local_scale = self._replica_local_sum(), 1.0 / self.world_size
         elif micro > 1:
             local = self._pending_local
         if local is not None and m < batch:
-            self.gns.update(local * inv if inv is not None else local, m, global_sq, batch)
+            local = local * inv if inv is not None else local
+            self.gns.update(
+                local, m, global_sq, batch, local_scale=local_scale, global_scale=global_scale
+            )
         elif micro == 1 and self.world_size == 1:
-            self.gns.observe_consecutive(grads, index, batch)
+            self.gns.observe_consecutive(grads, self._index_for(grads), batch)
         self.gns.publish()
 
     # ------------------------------------------------------------------ what others read

@@ -50,7 +50,8 @@ def _capture_global_norms(adp: AdaptiveDataParallel, model: nn.Module) -> list[t
 
     def spy(local_sq, local_bsz, global_sq, global_bsz, **kw):  # type: ignore[no-untyped-def]
         truth = [float(sum(p.grad.double().square().sum() for p in g)) for g in groups]
-        seen.append((global_sq.tolist(), truth))
+        scale = kw.get("global_scale", 1.0)  # the norms may come pre-scaled
+        seen.append(([scale * v for v in global_sq.tolist()], truth))
         update(local_sq, local_bsz, global_sq, global_bsz, **kw)
 
     adp.gns.update = spy  # type: ignore[method-assign]
