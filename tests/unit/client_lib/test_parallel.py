@@ -109,6 +109,55 @@ def test_accumulation_averages_micro_batches_and_uses_the_first_micro_gradient()
     assert adp.gns.updates == 1  # first micro-gradient (b=8) against the mean (B=24)
 
 
+def test_stats_interval_measures_every_nth_step_alone_as_consecutive_pairs() -> None:
+    gen = torch.Generator().manual_seed(7)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with pytest.raises(ValueError):
+        AdaptiveDataParallel(model, opt, report=False, stats_interval=0)
+    adp = AdaptiveDataParallel(model, opt, init_batch_size=4, report=False, stats_interval=4)
+    pairs = []
+    observe = adp.gns.observe_consecutive
+
+    def spy(grads, index, batch):  # type: ignore[no-untyped-def]
+        pairs.append(adp.progress.steps)
+        observe(grads, index, batch)
+
+    adp.gns.observe_consecutive = spy  # type: ignore[method-assign]
+    for _ in range(12):
+        _step(adp, opt, *_data(gen, 16))
+    # Alone, a measurement pairs two consecutive steps: steps 3+4 and 7+8 (step 0 has no
+    # predecessor), so two updates in twelve steps, and the LR follows them.
+    assert pairs == [0, 3, 4, 7, 8, 11]
+    assert adp.gns.updates == 2
+    stats = adp.grad_params(wait=True)
+    assert stats is not None and adp.lr_factors[0] == pytest.approx(adascale_gain(4.0, stats))
+
+
+def test_stats_interval_with_accumulation_still_averages_every_step() -> None:
+    gen = torch.Generator().manual_seed(8)
+    model = _model()
+    reference = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    adp = AdaptiveDataParallel(
+        model, opt, scaling_rule=LinearScale(), init_batch_size=8, report=False, stats_interval=3
+    )
+    for _ in range(3):
+        x, y = _data(gen, 16)
+        opt.zero_grad()
+        _accumulate(adp, x[:8], y[:8])
+        nn.functional.mse_loss(adp(x[8:]), y[8:]).backward()
+        opt.step()
+        reference.zero_grad()
+        nn.functional.mse_loss(reference(x), y).backward()
+        with torch.no_grad():
+            for p in reference.parameters():
+                p -= 0.1 * 2.0 * p.grad
+    torch.testing.assert_close(_flat(model), _flat(reference))
+    # Steps 0 and 2 (alone, the step before a measured one is measured too), not step 1.
+    assert adp.gns.updates == 2
+
+
 def test_noise_statistics_from_accumulation_match_the_formula() -> None:
     gen = torch.Generator().manual_seed(3)
     model = _model()

@@ -145,6 +145,42 @@ def _checks(rank: int) -> None:
         dist.all_gather(copies, shared)
         assert torch.equal(copies[0], copies[1])
 
+    # 4) A statistics interval: unmeasured steps (plain and accumulating) still average the
+    # gradients exactly; measured ones see the true global norms; ranks stay identical.
+    model = _model()
+    ref = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    adp = AdaptiveDataParallel(
+        model, opt, scaling_rule=LinearScale(), init_batch_size=M, report=False, stats_interval=2
+    )
+    seen = _capture_global_norms(adp, model)
+    for step in range(8, 12):
+        x, y = _data(step)
+        opt.zero_grad()
+        if step % 3 == 0:  # one accumulating step in the mix, on an unmeasured step (9)
+            own = x[rank * 2 * M : (rank + 1) * 2 * M], y[rank * 2 * M : (rank + 1) * 2 * M]
+            with adp.no_sync():
+                loss_fn(adp(own[0][:M]), own[1][:M]).backward()
+            loss_fn(adp(own[0][M:]), own[1][M:]).backward()
+            xs, ys, factor = x, y, 4.0
+        else:
+            xs, ys, factor = x[: WORLD * M], y[: WORLD * M], 2.0
+            loss_fn(adp(xs[mine]), ys[mine]).backward()
+        opt.step()
+        ref.zero_grad()
+        loss_fn(ref(xs), ys).backward()
+        with torch.no_grad():
+            for p in ref.parameters():
+                p -= 0.1 * factor * p.grad
+    torch.testing.assert_close(_flat(model), _flat(ref))
+    assert adp.gns.updates == 2 and len(seen) == 2  # steps 0 and 2 of this wrapper
+    for given, truth in seen:
+        assert given == pytest.approx(truth, rel=1e-5)
+    for shared in (adp.gns._state, _flat(model)):
+        copies = [torch.zeros_like(shared) for _ in range(WORLD)]
+        dist.all_gather(copies, shared)
+        assert torch.equal(copies[0], copies[1])
+
 
 def _worker(rank: int, store: str, errors: str) -> None:
     os.environ.pop("ADL_API_URL", None)
