@@ -14,6 +14,7 @@ norms, noise-estimate update, LR scaling, step profiling. On a GPU machine with 
 
     .venv/bin/python benchmarks/client_overhead.py [--repeats 7] [--json out.json]
     .venv/bin/python benchmarks/client_overhead.py --model cnn --batch 16   # a small CNN
+    .venv/bin/python benchmarks/client_overhead.py --stats-interval 4   # statistics every 4 steps
     python benchmarks/client_overhead.py --device cuda --backend nccl --nproc 1   # GPU machine
 """
 
@@ -69,7 +70,11 @@ class Variant:
         self.wrapped: nn.Module
         if kind == "adp":
             self.wrapped = AdaptiveDataParallel(
-                model, self.opt, init_batch_size=args.batch, report=False
+                model,
+                self.opt,
+                init_batch_size=args.batch,
+                report=False,
+                stats_interval=args.stats_interval,
             )
         elif dist.get_world_size() > 1:  # "ddp", or "control": a second, identical DDP
             self.wrapped = nn.parallel.DistributedDataParallel(model)
@@ -190,6 +195,7 @@ def summarize(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[st
                 "repeats",
                 "threads",
                 "control",
+                "stats_interval",
             )
         },
         "torch": torch.__version__,
@@ -204,6 +210,11 @@ def print_table(result: dict[str, Any]) -> None:
         f"{cfg['model'].upper()} {result['params'] / 1e6:.2f}M params, "
         f"batch {cfg['batch']}/replica, "
         f"{cfg['repeats']} repeats x {cfg['chunks']} chunks x {cfg['chunk_steps']} steps"
+        + (
+            f", noise statistics every {cfg['stats_interval']} steps"
+            if cfg["stats_interval"] > 1
+            else ""
+        )
     )
     head = f"{'repeat':>6} | {'DDP ms/step':>11} | {'ADP ms/step':>11} | {'overhead %':>10}"
     print(head + f" | {'CPU-time %':>10} | {'best-chunk %':>12} | {'control %':>9}")
@@ -250,6 +261,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument(
+        "--stats-interval",
+        type=int,
+        default=1,
+        help="ADP measures the noise statistics every N optimizer steps (the library's default: 1)",
+    )
     parser.add_argument(
         "--no-control",
         dest="control",
