@@ -244,7 +244,7 @@ def _free_mask(obs: Observations) -> dict[str, bool]:
         "alpha_r": bool(np.any(within)),
         "beta_r": bool(np.any(within & (obs.num_replicas > 2))),
         "alpha_n": bool(np.any(across)),
-        "beta_n": bool(np.any(across & (obs.num_replicas > 2))),
+        "beta_n": bool(np.any(across & (obs.num_nodes > 2))),
         "gamma": bool(np.any(multi)),
     }
 
@@ -267,7 +267,9 @@ def _assemble(x: FloatArray, free: dict[str, bool]) -> PerfParams:
         if np.isnan(values[r]) and np.isnan(values[n]):
             values[r] = values[n] = 0.0
         elif np.isnan(values[n]):
-            values[n] = values[r]  # never seen across nodes: assume as good as within
+            # never identified across nodes: as good as within a node; the per-replica slope
+            # across nodes is flat (ring all-reduce) until three or more nodes were measured
+            values[n] = 0.0 if pre == "beta" else values[r]
         elif np.isnan(values[r]):
             values[r] = values[n]  # within a node is no worse than across
     return PerfParams(**values)
@@ -357,8 +359,6 @@ def fit_perf_params(
                 mask = across if name.endswith("_n") else within
                 # an unobserved regime copies the observed one (see _assemble)
                 if name == "alpha_r" and not free["alpha_n"]:
-                    mask = multi
-                if name == "beta_r" and not free["beta_n"]:
                     mask = multi
                 if name == "alpha_n" and not free["alpha_r"]:
                     mask = multi

@@ -84,9 +84,18 @@ def test_unobserved_regimes_are_optimistic():
     assert fit.alpha_r == fit.beta_r == fit.alpha_n == fit.beta_n == 0.0
     # with no sync cost, K replicas run a step in the time of one
     assert step_time(fit, 4, 16, 64) == pytest.approx(step_time(fit, 1, 1, 64))
-    # never seen across nodes: assumed as fast as within a node
+    # never seen across nodes: assumed as fast as within a node, flat in the replica count
     fit2 = fit_perf_params(_synthetic([(1, 1), (1, 2), (1, 4)]))
-    assert fit2.alpha_n == fit2.alpha_r and fit2.beta_n == fit2.beta_r
+    assert fit2.alpha_n == fit2.alpha_r and fit2.beta_n == 0.0
+
+
+def test_across_node_slope_needs_three_nodes():
+    # On two nodes the per-replica slope is confounded with per-node contention and would
+    # extrapolate linearly in K; it stays at its flat prior until three nodes were measured.
+    two = fit_perf_params(_synthetic([(1, 1), (1, 2), (1, 4), (2, 4), (2, 8)]))
+    assert two.beta_n == 0.0 and two.alpha_n > 0.0
+    three = fit_perf_params(_synthetic([(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (3, 12)]))
+    assert three.beta_n == pytest.approx(TRUE.beta_n, rel=1e-2)
 
 
 def test_fit_rejects_empty_observations():
