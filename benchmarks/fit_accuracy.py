@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"same fit with beta_n = 0: overall median relative error {100 * flat_all:.1f}%")
         print(
             "4n signed: median of predicted/measured - 1 (positive = the model is pessimistic); "
-            "4n beta_n=0: the same fit with the across-node sync term flat in the replica count"
+            "4n beta_n=0: the same fit with the across-node sync term flat in the replica count "
+            "(identical while the fit saw < 3 nodes: the slope then keeps its flat prior)"
         )
     if args.json is not None:
         doc = {
