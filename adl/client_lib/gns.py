@@ -60,7 +60,7 @@ def flat_sq_norm(flat: Tensor) -> Tensor:
     float32 goes through BLAS ``dot``, about a third cheaper on CPU than ``vector_norm`` and
     closer to the float64 value over millions of elements; other dtypes accumulate in float32.
     """
-    if flat.dtype == torch.float32:
+    if flat.dtype == torch.float32 and flat.layout == torch.strided:
         flat = flat.reshape(-1)
         return torch.dot(flat, flat).reshape(1)
     return torch.linalg.vector_norm(flat, dtype=torch.float32).square().reshape(1)

@@ -17,11 +17,15 @@ step, the library:
 
 Statistics stay on the device; the LR factor uses the latest host copy (at most a step old).
 
-Cost per synchronizing step with several replicas, beyond DDP's own: one pass over each bucket for
-the local norm and the 1/K scaling (done together, before the all-reduce, as DDP's own hook
-does), one for the norm of the reduced bucket, one small all-reduce of the local norms, and a
-fixed handful of tiny tensor ops; no host sync and no Python work per parameter. With
-accumulation the 1/(K * micro-steps) averaging is folded into that same scaling pass.
+Cost per measured step with several replicas, beyond DDP's own: a BLAS dot over each bucket
+before its all-reduce (the local norm) and one after it (the norm of the average), one small
+all-reduce of the local norms and a fixed handful of tiny tensor ops; no host sync and no Python
+work per parameter. The 1/K averaging is one multiply over the bucket before the all-reduce, as
+in DDP's own allreduce hook (without a hook DDP folds it into its bucket copy, which a comm hook
+rules out); with accumulation it also takes the mean over the micro-steps. With
+``stats_interval=N`` the dots, the small all-reduce and the update run on one step in N (one pair
+of consecutive steps in N for a single replica): cheaper, still unbiased, but the estimate then
+averages N times fewer observations over the same memory, so it is noisier.
 """
 
 from __future__ import annotations
@@ -183,7 +187,8 @@ class AdaptiveDataParallel(nn.Module):
             self.module: nn.Module = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
             # When DDP holds every parameter the optimizer updates, the hook's scaling pass can
             # also average over the micro-steps (one pass less per accumulating step).
-            in_ddp = {id(p) for p in model.parameters()}
+            reduced = getattr(self.module, "_module_parameters", None)  # without DDP's ignored
+            in_ddp = {id(p) for p in (model.parameters() if reduced is None else reduced)}
             self._fold_micro = all(id(p) in in_ddp for p in self._params)
             # DDP inspects hook annotations, which postponed evaluation turns into strings.
             self.module.register_comm_hook(None, lambda state, bucket: self._comm_hook(bucket))
@@ -288,8 +293,9 @@ class AdaptiveDataParallel(nn.Module):
         if stats and micro == 1:  # no accumulation this step: the bucket is one micro-gradient
             self._hook_sq.add_(self._flat_sq(buf, layout))
             self._hook_seen = True
-        # Average before the sum, as DDP does, right after the norm read the bucket (it is
-        # still in cache); the micro-steps' mean is folded in when DDP holds every parameter.
+        # Average before the sum, as DDP's own allreduce hook does (a multiply: cheaper than a
+        # division after the sum); the micro-steps' mean is folded into the same pass when DDP
+        # holds every parameter the optimizer updates.
         buf.mul_(1.0 / (self.world_size * (micro if self._fold_micro else 1)))
         self._synced = True
         fut = dist.all_reduce(buf, async_op=True).get_future()
@@ -301,8 +307,9 @@ class AdaptiveDataParallel(nn.Module):
 
         def reduced(done: torch.futures.Future[list[Tensor]]) -> Tensor:
             out = done.value()[0]
-            # The norm of the averaged bucket as it lands, off the optimizer step's critical
-            # path. (Distinct keys: callbacks may run in parallel.)
+            # The norm of the averaged bucket as it lands, on the communication thread, so
+            # the optimizer step takes no pass over the gradients. (Distinct keys: callbacks
+            # may run in parallel.)
             self._global_parts[key] = self._flat_sq(out, layout)
             return out
 
