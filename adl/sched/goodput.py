@@ -8,6 +8,12 @@ Throughput model (per job, fitted to its own measured step times):
 - a synchronizing step overlaps compute and sync: ``(Tc^g + Ts^g)^(1/g)``, ``g`` in [1, 10]
 - an optimizer step with ``s`` accumulation steps: ``s * Tc + (Tc^g + Ts^g)^(1/g)``
 
+Regimes a job has not measured take optimistic priors so the scheduler lets it explore: no sync
+cost before two replicas, within-node values across nodes, and a flat across-node slope
+(``beta_n = 0``) until three or more nodes were measured. On two nodes that slope absorbs
+per-node contention and extrapolates linearly in ``K`` (on the traces: 58% too slow at 4 nodes,
+12% with the flat prior; ``benchmarks/fit_accuracy.py``).
+
 Statistical efficiency (AdaScale): with gradient noise ``var`` (variance of a gradient over a
 batch of B0) and signal ``sqr``, a step at batch ``B = S * B0`` is worth
 ``gain(S) = (var + sqr) / (var / S + sqr)`` steps at B0, so efficiency is ``gain / S``.
