@@ -4,7 +4,7 @@ physical limit of each application (alone on the cluster from submission).
 
     PYTHONPATH=. .venv/bin/python benchmarks/policy_explore.py --variants base,srpt1
         [--workloads 1,2,3,4] [--generated 2] [--jobs 2] [--traces DIR] [--json PATH]
-        [--breakdown]
+        [--breakdown] [--hide-remaining]
 """
 
 from __future__ import annotations
@@ -73,12 +73,16 @@ def app_limits(traces: Path) -> dict[str, float]:
     return {d.name: AppLimit(d).job_time for d in sorted((traces / "traces").iterdir())}
 
 
-def run_one(args: tuple[str, dict[str, float], str, str, int | None, str | None]) -> dict[str, Any]:
-    variant, knobs, workload, traces, gen_seed, path = args
+def run_one(
+    args: tuple[str, dict[str, float], str, str, int | None, str | None, bool],
+) -> dict[str, Any]:
+    variant, knobs, workload, traces, gen_seed, path, hide = args
     apps = load_traces(traces)
     jobs = load_workload(path) if path else generate_workload(int(gen_seed or 1))
     t0 = time.perf_counter()
-    result = simulate(jobs, AdlPolicy(seed=0, **knobs), traces=apps, config=SimConfig())
+    result = simulate(
+        jobs, AdlPolicy(seed=0, **knobs), traces=apps, config=SimConfig(hide_remaining=hide)
+    )
     row = summarize(result)
     row.update(variant=variant, workload=workload, wall_s=time.perf_counter() - t0)
     # per-application breakdown from the timeline
@@ -119,6 +123,7 @@ def main() -> None:
     ap.add_argument("--traces", default="/work/shared/pollux-traces")
     ap.add_argument("--json")
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--hide-remaining", action="store_true", help="jobs do not declare lengths")
     a = ap.parse_args()
     traces = Path(a.traces)
     tasks = []
@@ -126,9 +131,9 @@ def main() -> None:
         name, knobs = parse_variant(spec)
         for w in [x for x in a.workloads.split(",") if x]:
             path = str(traces / "workloads" / f"workload-{w}.csv")
-            tasks.append((name, knobs, f"workload-{w}", str(traces), None, path))
+            tasks.append((name, knobs, f"workload-{w}", str(traces), None, path, a.hide_remaining))
         for s in range(1, a.generated + 1):
-            tasks.append((name, knobs, f"generated-{s}", str(traces), s, None))
+            tasks.append((name, knobs, f"generated-{s}", str(traces), s, None, a.hide_remaining))
     with ProcessPoolExecutor(a.jobs) as pool:
         rows = list(pool.map(run_one, tasks))
     limits = app_limits(traces)
