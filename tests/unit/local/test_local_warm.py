@@ -139,11 +139,27 @@ def test_a_group_stopped_before_its_ranks_started_is_recorded_as_stopped(tmp_pat
     assert json.loads(result.read_text())["codes"] == [-signal.SIGTERM] * 2
 
 
+def _wait_until_catches_sigterm(pid: int, timeout_s: float = 60.0) -> None:
+    """A loaded machine may take seconds to start Python. A SIGTERM before the handler is in
+    kills the shim by the default action (also quiet, but exit -15); test the handled path."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(
+            next(ln for ln in status.splitlines() if ln.startswith("SigCgt:")).split()[1], 16
+        )
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the warm shim never installed its SIGTERM handler")
+
+
 def test_an_idle_warm_shim_leaves_quietly_on_sigterm(tmp_path: Path) -> None:
     paths = P.GroupPaths(tmp_path / "job")
     _, popen = P.prewarm(paths, dict(os.environ), None)
     try:
-        time.sleep(0.5)
+        _wait_until_catches_sigterm(popen.pid)
+        time.sleep(0.2)  # now in the middle of preloading torch
         popen.send_signal(signal.SIGTERM)
         assert popen.wait(timeout=60) == 0
         assert not list((tmp_path / "job" / "groups").glob("*.result.json"))
