@@ -334,3 +334,33 @@ def test_restart_penalty_counts_the_time_left_at_the_new_speed():
         "c", remaining_s=1e6, restart_cost_s=30.0, restarts=9, age_s=9000.0, max_profiled_replicas=1
     )
     assert policy.restart_penalty(churned, 8.0) == pytest.approx(30.0 / 900.0)
+
+
+# --------------------------------------------------------------------------- local search
+
+
+def _big_and_newcomer(newcomer_remaining_s: float) -> list[JobInfo]:
+    # "big" ran on both nodes last round; its restart is expensive (300 s); the newcomer wants
+    # one GPU, with a per-GPU gain above big's average but, when its remaining work is long, a
+    # total gain below big's loss from restarting all eight GPUs to hand it one.
+    return [
+        job("big", 0, remaining_s=200_000.0, speedup=amdahl(0.0), restart_cost_s=300.0),
+        job("new", 1, remaining_s=newcomer_remaining_s, max_replicas=1, speedup=amdahl(0.0)),
+    ]
+
+
+def test_local_search_keeps_a_big_job_whole_when_its_restart_costs_more():
+    nodes, prev = nodes_of(2), {"big": ["n0"] * 4 + ["n1"] * 4}
+    jobs = _big_and_newcomer(150_000.0)
+    # the greedy alone hands the newcomer a GPU first and restarts big on seven
+    assert counts(AdlPolicy(local_search=0).optimize(jobs, nodes, prev)) == {"big": 7, "new": 1}
+    assert counts(AdlPolicy().optimize(jobs, nodes, prev)) == {"big": 8, "new": 0}
+    # bounded: with more active jobs than local_search_max_jobs, only the greedy runs
+    capped = AdlPolicy(local_search_max_jobs=1).optimize(jobs, nodes, prev)
+    assert counts(capped) == {"big": 7, "new": 1}
+
+
+def test_local_search_still_lets_an_urgent_newcomer_in():
+    nodes, prev = nodes_of(2), {"big": ["n0"] * 4 + ["n1"] * 4}
+    alloc = AdlPolicy().optimize(_big_and_newcomer(3_600.0), nodes, prev)
+    assert counts(alloc) == {"big": 7, "new": 1}
