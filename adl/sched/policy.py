@@ -38,7 +38,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from adl.sched.placement import Cluster, Placement
 from adl.sched.speedup_table import SpeedupTable
@@ -273,23 +273,23 @@ class AdlPolicy:
         previous: Mapping[str, list[str]],
     ) -> Allocation:
         self._next_tables = {}
-        total, work, cluster = self._solve(jobs, nodes, previous, frozenset())
+        prepared = self._prepare(jobs, Cluster(nodes), previous)
         self._tables, self._next_tables = self._next_tables, {}
+        total, work, cluster = self._solve(prepared, nodes, frozenset())
         # Local search: the greedy hands GPUs out one job at a time, so a big running job that
         # lost a few GPUs to others restarts whole without that loss ever being weighed against
         # their gain. Re-solve with it keeping its placement, and keep the better allocation.
         k = self.knobs
-        if k.local_search > 0 and len(work) <= k.local_search_max_jobs:
-            for name in self._shrunk_big_jobs(work, int(k.local_search)):
-                alt = self._solve(jobs, nodes, previous, frozenset({name}))
+        if k.local_search > 0 and len(prepared) <= k.local_search_max_jobs:
+            for name in self._moved_big_jobs(work, int(k.local_search)):
+                fresh = [replace(j, placement={}, replicas=0, utility=0.0) for j in prepared]
+                alt = self._solve(fresh, nodes, frozenset({name}))
                 if alt[0] > total * (1.0 + 1e-9):
                     total, work, cluster = alt
-            self._tables.update(self._next_tables)
-            self._next_tables = {}
         return {job.info.name: cluster.to_names(job.placement) for job in work}
 
     @staticmethod
-    def _shrunk_big_jobs(work: list[_Job], count: int) -> list[str]:
+    def _moved_big_jobs(work: list[_Job], count: int) -> list[str]:
         """Running jobs on 4+ replicas that this allocation moves, the biggest first."""
         moved = [
             j
@@ -304,14 +304,13 @@ class AdlPolicy:
 
     def _solve(
         self,
-        jobs: Sequence[JobInfo],
+        work: list[_Job],
         nodes: Sequence[NodeInfo],
-        previous: Mapping[str, list[str]],
         pinned: frozenset[str],
     ) -> tuple[float, list[_Job], Cluster]:
-        """The lazy marginal-gain greedy; ``pinned`` jobs keep last round's placement."""
+        """The lazy marginal-gain greedy over prepared, unassigned jobs (assigned in place);
+        ``pinned`` jobs keep last round's placement."""
         cluster = Cluster(nodes)
-        work = self._prepare(jobs, cluster, previous)
         # Jobs that may not be preempted (and pinned ones) keep what they have.
         for job in work:
             gpr = max(job.info.gpus_per_replica, 1)
