@@ -30,7 +30,11 @@ import numpy as np  # noqa: E402
 from adl.sched.policy import AdlPolicy  # noqa: E402
 from adl.sched.sim.generate import generate_workload  # noqa: E402
 from adl.sched.sim.metrics import summarize  # noqa: E402
-from adl.sched.sim.published import published_avg_jct  # noqa: E402
+from adl.sched.sim.published import (  # noqa: E402
+    POLLUX_MAKESPAN_S,
+    POLLUX_P99_JCT_S,
+    published_avg_jct,
+)
 from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
 from adl.sched.sim.traces import load_traces  # noqa: E402
 from adl.sched.sim.workload import load_workload  # noqa: E402
@@ -47,14 +51,6 @@ VARIANTS: dict[str, dict[str, float]] = {
     "grow1": {"grow_restarts": 1.0},
     "horizon3600": {"restart_horizon_s": 3600.0},
     "horizon900": {"restart_horizon_s": 900.0},
-}
-
-PUBLISHED_P99 = {"workload-1": 39105, "workload-2": 43324, "workload-3": 14570, "workload-4": 51976}
-PUBLISHED_MAKESPAN = {
-    "workload-1": 64849,
-    "workload-2": 56644,
-    "workload-3": 36806,
-    "workload-4": 64694,
 }
 
 
@@ -145,8 +141,8 @@ def main() -> None:
     for r in rows:
         by_variant[r["variant"]].append(r)
         pub = published_avg_jct(r["workload"], "adl")
-        p99 = PUBLISHED_P99.get(r["workload"])
-        mk = PUBLISHED_MAKESPAN.get(r["workload"])
+        p99 = POLLUX_P99_JCT_S.get(r["workload"])
+        mk = POLLUX_MAKESPAN_S.get(r["workload"])
         print(
             f"{r['variant']:14s} {r['workload']:12s} {r['avg_jct_s']:7.0f} "
             f"{(r['avg_jct_s'] / pub if pub else float('nan')):7.3f} {r['p99_jct_s']:7.0f} "

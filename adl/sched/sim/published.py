@@ -12,6 +12,19 @@ PUBLISHED_AVG_JCT_S: dict[str, dict[str, float]] = {
     "workload-3": {"adl": 2188, "optimus": 3944, "tiresias": 3876},
     "workload-4": {"adl": 2721, "optimus": 5968, "tiresias": 3280},
 }
+#: Pollux's published p99 JCT and makespan (seconds, 1.0x load), the other two yardsticks
+POLLUX_P99_JCT_S: dict[str, float] = {
+    "workload-1": 39105,
+    "workload-2": 43324,
+    "workload-3": 14570,
+    "workload-4": 51976,
+}
+POLLUX_MAKESPAN_S: dict[str, float] = {
+    "workload-1": 64849,
+    "workload-2": 56644,
+    "workload-3": 36806,
+    "workload-4": 64694,
+}
 #: what each of our policy names is compared against in the published table
 PUBLISHED_LABEL: dict[str, str] = {
     "adl": "Pollux",
