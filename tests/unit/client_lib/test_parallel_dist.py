@@ -58,6 +58,22 @@ def _capture_global_norms(adp: AdaptiveDataParallel, model: nn.Module) -> list[t
     return seen
 
 
+def _sgd_reference_step(ref: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> None:
+    """One plain SGD step of the single-process reference on the whole global batch."""
+    ref.zero_grad()
+    nn.functional.mse_loss(ref(x), y).backward()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p -= lr * p.grad
+
+
+def _assert_same_on_every_rank(*tensors: torch.Tensor) -> None:
+    for shared in tensors:
+        copies = [torch.zeros_like(shared) for _ in range(WORLD)]
+        dist.all_gather(copies, shared)
+        assert torch.equal(copies[0], copies[1])
+
+
 def _checks(rank: int) -> None:
     loss_fn = nn.functional.mse_loss
     model = _model()
@@ -114,11 +130,7 @@ def _checks(rank: int) -> None:
     assert not torch.allclose(gathered[0], gathered[1])  # no all-reduce happened
     loss_fn(adp(own[0][M:]), own[1][M:]).backward()
     opt.step()
-    ref.zero_grad()
-    loss_fn(ref(x), y).backward()
-    with torch.no_grad():
-        for p in ref.parameters():
-            p -= 0.1 * 4.0 * p.grad  # batch 4M = 4 x B0
+    _sgd_reference_step(ref, x, y, 0.1 * 4.0)  # batch 4M = 4 x B0
     torch.testing.assert_close(_flat(model), _flat(ref))
     assert adp.progress.samples == 2 * M + 4 * M
     assert adp.gns.updates == 2
@@ -140,10 +152,7 @@ def _checks(rank: int) -> None:
     assert adp.gns.updates == 6 and adp.lr_factors[0] != 1.0
     for given, truth in seen:
         assert given == pytest.approx(truth, rel=1e-5)
-    for shared in (adp.gns._state, _flat(model)):
-        copies = [torch.zeros_like(shared) for _ in range(WORLD)]
-        dist.all_gather(copies, shared)
-        assert torch.equal(copies[0], copies[1])
+    _assert_same_on_every_rank(adp.gns._state, _flat(model))
 
     # 4) A statistics interval: unmeasured steps (plain and accumulating) still average the
     # gradients exactly; measured ones see the true global norms; ranks stay identical.
@@ -167,19 +176,12 @@ def _checks(rank: int) -> None:
             xs, ys, factor = x[: WORLD * M], y[: WORLD * M], 2.0
             loss_fn(adp(xs[mine]), ys[mine]).backward()
         opt.step()
-        ref.zero_grad()
-        loss_fn(ref(xs), ys).backward()
-        with torch.no_grad():
-            for p in ref.parameters():
-                p -= 0.1 * factor * p.grad
+        _sgd_reference_step(ref, xs, ys, 0.1 * factor)
     torch.testing.assert_close(_flat(model), _flat(ref))
     assert adp.gns.updates == 2 and len(seen) == 2  # steps 0 and 2 of this wrapper
     for given, truth in seen:
         assert given == pytest.approx(truth, rel=1e-5)
-    for shared in (adp.gns._state, _flat(model)):
-        copies = [torch.zeros_like(shared) for _ in range(WORLD)]
-        dist.all_gather(copies, shared)
-        assert torch.equal(copies[0], copies[1])
+    _assert_same_on_every_rank(adp.gns._state, _flat(model))
 
 
 def _worker(rank: int, store: str, errors: str) -> None:
