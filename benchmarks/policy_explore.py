@@ -64,9 +64,9 @@ def parse_variant(spec: str) -> tuple[str, dict[str, float]]:
 
 
 def app_limits(traces: Path) -> dict[str, float]:
-    from physical_limit import AppLimit
+    from physical_limit import app_limits as limits
 
-    return {d.name: AppLimit(d).job_time for d in sorted((traces / "traces").iterdir())}
+    return limits(traces)
 
 
 def run_one(
