@@ -4,7 +4,7 @@ physical limit of each application (alone on the cluster from submission).
 
     PYTHONPATH=. .venv/bin/python benchmarks/policy_explore.py --variants base,srpt1
         [--workloads 1,2,3,4] [--generated 2] [--jobs 2] [--traces DIR] [--json PATH]
-        [--breakdown] [--hide-remaining]
+        [--breakdown] [--hide-remaining] [--restart-delay 30] [--oracle-info]
 """
 
 from __future__ import annotations
@@ -70,15 +70,13 @@ def app_limits(traces: Path) -> dict[str, float]:
 
 
 def run_one(
-    args: tuple[str, dict[str, float], str, str, int | None, str | None, bool],
+    args: tuple[str, dict[str, float], str, str, int | None, str | None, SimConfig],
 ) -> dict[str, Any]:
-    variant, knobs, workload, traces, gen_seed, path, hide = args
+    variant, knobs, workload, traces, gen_seed, path, config = args
     apps = load_traces(traces)
     jobs = load_workload(path) if path else generate_workload(int(gen_seed or 1))
     t0 = time.perf_counter()
-    result = simulate(
-        jobs, AdlPolicy(seed=0, **knobs), traces=apps, config=SimConfig(hide_remaining=hide)
-    )
+    result = simulate(jobs, AdlPolicy(seed=0, **knobs), traces=apps, config=config)
     row = summarize(result)
     row.update(variant=variant, workload=workload, wall_s=time.perf_counter() - t0)
     # per-application breakdown from the timeline
@@ -120,16 +118,29 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--hide-remaining", action="store_true", help="jobs do not declare lengths")
+    ap.add_argument(
+        "--restart-delay", type=int, default=30, help="what-if: seconds lost per (re)start"
+    )
+    ap.add_argument(
+        "--oracle-info",
+        action="store_true",
+        help="what-if: jobs report true speedups and remaining work (no learning, no ramp cap)",
+    )
     a = ap.parse_args()
+    config = SimConfig(
+        hide_remaining=a.hide_remaining,
+        restart_delay_s=a.restart_delay,
+        oracle_info=a.oracle_info,
+    )
     traces = Path(a.traces)
     tasks = []
     for spec in a.variants.split(","):
         name, knobs = parse_variant(spec)
         for w in [x for x in a.workloads.split(",") if x]:
             path = str(traces / "workloads" / f"workload-{w}.csv")
-            tasks.append((name, knobs, f"workload-{w}", str(traces), None, path, a.hide_remaining))
+            tasks.append((name, knobs, f"workload-{w}", str(traces), None, path, config))
         for s in range(1, a.generated + 1):
-            tasks.append((name, knobs, f"generated-{s}", str(traces), s, None, a.hide_remaining))
+            tasks.append((name, knobs, f"generated-{s}", str(traces), s, None, config))
     with ProcessPoolExecutor(a.jobs) as pool:
         rows = list(pool.map(run_one, tasks))
     limits = app_limits(traces)

@@ -8,6 +8,7 @@ The policy only ever sees the job's own model (see :meth:`SimJob.job_info`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -22,6 +23,7 @@ from adl.sched.goodput import (
 )
 from adl.sched.sim.batching import BatchConfig, split_batch
 from adl.sched.sim.traces import AppTrace
+from adl.sched.sim.truth import TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob
 from adl.sched.speedup import SpeedupFunction
 from adl.sched.types import JobInfo, SpeedupFn, linear_speedup
@@ -60,6 +62,11 @@ class SimJob:
     restarts: int | None = None  # None until the first start
     #: (nodes, replicas, micro-batch) -> (step_time, sync_time) the job has measured
     profile: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
+    #: seconds without progress after every (re)start (a what-if knob of the simulator)
+    restart_delay_s: int = RESTART_DELAY_S
+    #: diagnostic: report trace truth (speedup of the current epoch, remaining work) instead of
+    #: the job's own model; given by the simulator as ``truth(app, epoch)``
+    truth: Callable[[AppTrace, int], TrueSpeedup] | None = None
     grad: GradParams | None = None
     _perf: PerfParams | None = None
     _perf_stale: bool = False
@@ -154,6 +161,8 @@ class SimJob:
         """What a real job could report to the scheduler (no trace knowledge)."""
         # Only adaptive jobs run the model-fitting library; baselines' jobs report no model.
         adaptive = self.mode is JobMode.ADAPTIVE
+        if adaptive and self.truth is not None:
+            return self._true_info(now, hide_remaining)
         return JobInfo(
             name=self.name,
             speedup=self.speedup_fn() if adaptive else linear_speedup,
@@ -161,10 +170,30 @@ class SimJob:
             max_replicas=self.max_replicas,
             age_s=float(now - self.spec.submit_time),
             restarts=self.restarts or 0,
-            restart_cost_s=float(RESTART_DELAY_S),
+            restart_cost_s=float(self.restart_delay_s),
             attained_service_s=float(self.attained_service),
             remaining_s=self.remaining_s() if adaptive and not hide_remaining else None,
             max_profiled_replicas=self.max_profiled_replicas,
+            preemptible=True,
+            submit_order=self.order,
+        )
+
+    def _true_info(self, now: int, hide_remaining: bool) -> JobInfo:
+        """Trace truth: the current epoch's true speedups, true remaining work, no ramp cap."""
+        assert self.truth is not None
+        fn = self.truth(self.app, self.epoch)
+        left = max(self.app.total_progress - self.progress, 0.0) / fn.base_goodput
+        return JobInfo(
+            name=self.name,
+            speedup=fn,
+            min_replicas=0,
+            max_replicas=self.max_replicas,
+            age_s=float(now - self.spec.submit_time),
+            restarts=self.restarts or 0,
+            restart_cost_s=float(self.restart_delay_s),
+            attained_service_s=float(self.attained_service),
+            remaining_s=None if hide_remaining else left,
+            max_profiled_replicas=self.max_replicas,
             preemptible=True,
             submit_order=self.order,
         )
@@ -204,7 +233,7 @@ class SimJob:
             self.batch = BatchConfig(0, 0)
             return
         self.pick_batch()
-        self.rescale_left = RESTART_DELAY_S
+        self.rescale_left = self.restart_delay_s
         self.restarts = 0 if self.restarts is None else self.restarts + 1
 
     def advance(self, now: int, seconds: int) -> None:

@@ -15,8 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from adl.sched.sim.job import JobMode, SimJob, placement_of, same_allocation
+from adl.sched.sim.job import (
+    FIXED_ADAPTIVE_BATCH,
+    RESTART_DELAY_S,
+    JobMode,
+    SimJob,
+    placement_of,
+    same_allocation,
+)
 from adl.sched.sim.traces import AppTrace, load_traces
+from adl.sched.sim.truth import TrueGoodput, TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob, load_workload
 from adl.sched.types import Allocation, NodeInfo, Policy
 
@@ -32,6 +40,11 @@ class SimConfig:
     hide_remaining: bool = False
     #: give up (raise) if the workload is not finished by then: a policy that starves jobs
     max_time_s: int = 60 * 86400
+    #: what-if: seconds without progress after every (re)start (the traces' semantics: 30)
+    restart_delay_s: int = RESTART_DELAY_S
+    #: what-if (diagnostic): adaptive jobs report the traces' true speedups and remaining work
+    #: instead of their own learned model, and are never capped by what they profiled
+    oracle_info: bool = False
 
 
 class SimulatorOracle:
@@ -140,8 +153,17 @@ class Simulator:
         missing = sorted({w.application for w in workload} - set(traces))
         if missing:
             raise ValueError(f"no traces for applications: {', '.join(missing)}")
+        truth = self._truth if self.config.oracle_info else None
+        self._truths: dict[tuple[str, int], TrueSpeedup] = {}
         self.jobs = [
-            SimJob(spec=w, app=traces[w.application], mode=mode, order=i)
+            SimJob(
+                spec=w,
+                app=traces[w.application],
+                mode=mode,
+                order=i,
+                restart_delay_s=self.config.restart_delay_s,
+                truth=truth,
+            )
             for i, w in enumerate(workload)
         ]
         self.by_name = {j.name: j for j in self.jobs}
@@ -154,6 +176,17 @@ class Simulator:
         self.now = 0
         if isinstance(policy, OracleAware):
             policy.bind_oracle(SimulatorOracle(self.by_name, c.gpus_per_node))
+
+    def _truth(self, app: AppTrace, epoch: int) -> TrueSpeedup:
+        """True speedups of ``app``, shared by its jobs; epochs in tenths of training (the
+        gradient statistics drift slowly, and each new function rebuilds the policy's tables)."""
+        bucket = epoch - epoch % max(app.max_epochs // 10, 1)
+        key = (app.name, bucket)
+        fn = self._truths.get(key)
+        if fn is None:
+            fixed = FIXED_ADAPTIVE_BATCH.get(app.name)
+            fn = self._truths[key] = TrueSpeedup(TrueGoodput(app, bucket, fixed))
+        return fn
 
     def active(self) -> list[SimJob]:
         return [j for j in self.jobs if j.spec.submit_time <= self.now and not j.done]

@@ -3,10 +3,13 @@ and the location of the real traces."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from adl.sched.sim.traces import default_traces_dir
+from adl.sched.sim.job import JobMode, SimJob
+from adl.sched.sim.traces import AppTrace, default_traces_dir
+from adl.sched.sim.workload import WorkloadJob
+from adl.sched.types import Allocation, JobInfo, NodeInfo
 
 TRACES = default_traces_dir()
 WORKLOADS = TRACES / "workloads"
@@ -77,3 +80,29 @@ def write_workload(path: Path, rows: Iterable[tuple[str, int, str, int, int]]) -
     lines += [",".join(str(x) for x in row) for row in rows]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def fixed_job(app: AppTrace, batch: int = 8, replicas: int = 1) -> SimJob:
+    spec = WorkloadJob("j", 0, app.name, replicas, batch)
+    return SimJob(spec=spec, app=app, mode=JobMode.FIXED, order=0)
+
+
+def adaptive_job(app: AppTrace) -> SimJob:
+    spec = WorkloadJob("a", 0, app.name, 4, 32)
+    return SimJob(spec=spec, app=app, mode=JobMode.ADAPTIVE, order=0)
+
+
+class Recorder:
+    """Adaptive-mode policy that gives every job one GPU on its own node and keeps the infos."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[JobInfo]] = []
+
+    def optimize(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous: Mapping[str, list[str]],
+    ) -> Allocation:
+        self.seen.append(list(jobs))
+        return {j.name: [nodes[i].name] for i, j in enumerate(jobs)}

@@ -3,19 +3,18 @@ job that knows only the configurations it has run."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from sim_kit import write_app
+from sim_kit import Recorder, adaptive_job, fixed_job, write_app
 
 from adl.sched.baselines import FifoPolicy
-from adl.sched.sim.job import RESTART_DELAY_S, JobMode, SimJob
+from adl.sched.sim.job import RESTART_DELAY_S
 from adl.sched.sim.simulator import SimConfig, Simulator
 from adl.sched.sim.traces import AppTrace, load_app
 from adl.sched.sim.workload import WorkloadJob
 from adl.sched.speedup import SpeedupFunction
-from adl.sched.types import Allocation, JobInfo, NodeInfo, linear_speedup
+from adl.sched.types import linear_speedup
 
 
 @pytest.fixture
@@ -23,11 +22,6 @@ def toy(tmp_path: Path) -> AppTrace:
     # 1 GPU at micro-batch 8: 1 s per step, no noise (gain 1) -> 1 progress unit per second;
     # epochs end at progress 45, 100, 150.
     return load_app(write_app(tmp_path))
-
-
-def fixed_job(app: AppTrace, batch: int = 8, replicas: int = 1) -> SimJob:
-    spec = WorkloadJob("j", 0, app.name, replicas, batch)
-    return SimJob(spec=spec, app=app, mode=JobMode.FIXED, order=0)
 
 
 def test_first_start_and_every_move_cost_30_seconds_of_progress(toy: AppTrace) -> None:
@@ -84,22 +78,6 @@ def test_simulated_jct_includes_waiting_for_the_round_and_the_restart(toy: AppTr
     assert result.total_gpus == 1
 
 
-class Recorder:
-    """Adaptive-mode policy that gives every job one GPU on its own node and keeps the infos."""
-
-    def __init__(self) -> None:
-        self.seen: list[list[JobInfo]] = []
-
-    def optimize(
-        self,
-        jobs: Sequence[JobInfo],
-        nodes: Sequence[NodeInfo],
-        previous: Mapping[str, list[str]],
-    ) -> Allocation:
-        self.seen.append(list(jobs))
-        return {j.name: [nodes[i].name] for i, j in enumerate(jobs)}
-
-
 @pytest.mark.parametrize("hide", [False, True])
 def test_hide_remaining_hides_job_length_from_the_policy(toy: AppTrace, hide: bool) -> None:
     policy = Recorder()
@@ -111,11 +89,6 @@ def test_hide_remaining_hides_job_length_from_the_policy(toy: AppTrace, hide: bo
         assert all(r is None for r in remaining)
     else:
         assert any(r is not None and r > 0 for r in remaining[2:])
-
-
-def adaptive_job(app: AppTrace) -> SimJob:
-    spec = WorkloadJob("a", 0, app.name, 4, 32)
-    return SimJob(spec=spec, app=app, mode=JobMode.ADAPTIVE, order=0)
 
 
 def test_adaptive_job_knows_only_the_configurations_it_has_run(tmp_path: Path) -> None:
