@@ -353,14 +353,62 @@ def test_local_search_keeps_a_big_job_whole_when_its_restart_costs_more():
     nodes, prev = nodes_of(2), {"big": ["n0"] * 4 + ["n1"] * 4}
     jobs = _big_and_newcomer(150_000.0)
     # the greedy alone hands the newcomer a GPU first and restarts big on seven
-    assert counts(AdlPolicy(local_search=0).optimize(jobs, nodes, prev)) == {"big": 7, "new": 1}
-    assert counts(AdlPolicy().optimize(jobs, nodes, prev)) == {"big": 8, "new": 0}
+    greedy = AdlPolicy(local_search=0, dp=0).optimize(jobs, nodes, prev)
+    assert counts(greedy) == {"big": 7, "new": 1}
+    assert counts(AdlPolicy(dp=0).optimize(jobs, nodes, prev)) == {"big": 8, "new": 0}
     # bounded: with more active jobs than local_search_max_jobs, only the greedy runs
-    capped = AdlPolicy(local_search_max_jobs=1).optimize(jobs, nodes, prev)
+    capped = AdlPolicy(local_search_max_jobs=1, dp=0).optimize(jobs, nodes, prev)
     assert counts(capped) == {"big": 7, "new": 1}
+    # the exact counts see the same: keeping big's placement is worth more than the newcomer
+    assert counts(AdlPolicy(local_search=0).optimize(jobs, nodes, prev)) == {"big": 8, "new": 0}
+    # ... and are bounded by the size of their table
+    small = AdlPolicy(local_search=0, dp_max_cells=2).optimize(jobs, nodes, prev)
+    assert counts(small) == {"big": 7, "new": 1}
 
 
 def test_local_search_still_lets_an_urgent_newcomer_in():
     nodes, prev = nodes_of(2), {"big": ["n0"] * 4 + ["n1"] * 4}
     alloc = AdlPolicy().optimize(_big_and_newcomer(3_600.0), nodes, prev)
     assert counts(alloc) == {"big": 7, "new": 1}
+
+
+# --------------------------------------------------------------------------- exact counts
+
+
+def table_speedup(values: dict[int, float]):
+    """A speedup given per replica count (one node; counts not listed are 0)."""
+
+    def fn(n, k):
+        k = np.asarray(k)
+        return np.vectorize(lambda x: values.get(int(x), 0.0), otypes=[float])(k)
+
+    return fn
+
+
+def test_exact_counts_beat_the_greedy_on_a_knapsack() -> None:
+    # One node of 4 GPUs. Per GPU, B on 2 GPUs (1.4) beats A on 3 (1.3), so the greedy gives B
+    # two GPUs and A the other two (2.8 + 1.2 = 4.0); A on 3 and B on 1 is worth 3.9 + 1 = 4.9.
+    jobs = [
+        job("a", 0, speedup=table_speedup({1: 1.0, 2: 1.2, 3: 3.9}), max_replicas=3),
+        job("b", 1, speedup=table_speedup({1: 1.0, 2: 2.8}), max_replicas=2),
+    ]
+    nodes = nodes_of(1)
+    assert counts(AdlPolicy(seed=0, dp=0).optimize(jobs, nodes, {})) == {"a": 2, "b": 2}
+    assert counts(AdlPolicy(seed=0).optimize(jobs, nodes, {})) == {"a": 3, "b": 1}
+
+
+def test_exact_counts_never_lower_the_objective_and_often_raise_it() -> None:
+    nodes = nodes_of(6)
+    gains = []
+    for seed in range(8):
+        jobs = random_jobs(seed, 24)
+        previous = AdlPolicy(seed=0, dp=0).optimize(jobs[:16], nodes, {})
+        greedy, exact = AdlPolicy(seed=0, dp=0), AdlPolicy(seed=0)
+        values = []
+        for policy in (greedy, exact):
+            alloc = policy.optimize(jobs, nodes, previous)
+            assert validate_allocation(alloc, nodes) == []
+            values.append(policy.objective(jobs, nodes, previous, alloc))
+        assert values[1] >= values[0] * (1 - 1e-12)
+        gains.append(values[1] / values[0] - 1)
+    assert max(gains) > 0.005  # the knapsack finds better counts on some of these clusters
