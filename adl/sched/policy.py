@@ -354,7 +354,11 @@ class AdlPolicy:
                 keeps[idx] = keep
             new = best.copy()  # count 0
             choice = np.zeros(free + 1, dtype=np.int64)
+            worth = 0.0
             for count in range(1, len(values)):
+                if values[count] <= worth:
+                    continue  # dominated: a smaller count is worth as much
+                worth = values[count]
                 cand = np.full(free + 1, -np.inf)
                 cand[count:] = best[: free + 1 - count] + values[count]
                 better = cand > new + 1e-15
