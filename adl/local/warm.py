@@ -166,8 +166,10 @@ def fork_rank(argv: list[str], env: dict[str, str], cwd: str | None, log: str) -
         os._exit(code)
 
 
-class _Stopped(Exception):
-    """SIGTERM before the group's ranks started."""
+class _Stopped(BaseException):
+    """SIGTERM before the group's ranks started. A BaseException, like KeyboardInterrupt, so
+    that no ``except Exception`` inside a module being preloaded can swallow it (the shim would
+    then sit out its whole wait instead of leaving)."""
 
 
 def _stop(signum: int, frame: Any) -> None:
@@ -206,8 +208,12 @@ def wait_and_run(folder: Path) -> int:
             except Exception:  # a missing optional module only makes the start less warm
                 continue
     except _Stopped:
+        # Stopped in the middle of an import: a half-imported torch can hang the interpreter's
+        # teardown (its threads, its exit hooks), and no user code has run, so leave at once.
         _record_stopped(go)
-        return 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     try:
         return _wait(pidfile, go)
     except _Stopped:

@@ -3,6 +3,7 @@ directory, log and exit code, and the daemon's warm shim lifecycle."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -137,6 +138,15 @@ def test_a_group_stopped_before_its_ranks_started_is_recorded_as_stopped(tmp_pat
     go.write_text(str(plan))
     _record_stopped(go)
     assert json.loads(result.read_text())["codes"] == [-signal.SIGTERM] * 2
+
+
+def test_a_stop_during_preload_is_not_swallowed_by_the_module_being_imported() -> None:
+    """Preloaded libraries guard optional imports with ``except Exception``; the SIGTERM that
+    interrupts them must still reach the shim (else it sits out its whole wait)."""
+    from adl.local.warm import _stop, _Stopped
+
+    with pytest.raises(_Stopped), contextlib.suppress(Exception):
+        _stop(signal.SIGTERM, None)
 
 
 def _wait_until_catches_sigterm(pid: int, timeout_s: float = 60.0) -> None:
