@@ -186,10 +186,14 @@ class AdlPolicy:
         return entry[1]
 
     def _utility(self, job: _Job, placement: Placement) -> float:
-        replicas = sum(placement.values())
-        speedup = job.table.get(len(placement), replicas, job.cap)
+        moved = _key(placement) != job.prev_key
+        return self._value(job, len(placement), sum(placement.values()), moved)
+
+    def _value(self, job: _Job, nodes: int, replicas: int, moved: bool) -> float:
+        """The job's value on ``replicas`` over ``nodes``; a ``moved`` job pays its restart."""
+        speedup = job.table.get(nodes, replicas, job.cap)
         value = job.weight * speedup
-        if _key(placement) != job.prev_key:  # (re)starting costs every job the same delay
+        if moved:  # (re)starting costs every job the same delay
             restart_s = job.restart_s
             if job.prev is not None and replicas > job.prev_replicas:
                 # GPUs a running job grows into are on loan: when a more urgent job needs them
@@ -315,14 +319,9 @@ class AdlPolicy:
         values[1 : min(job.info.min_replicas, top + 1)] = -np.inf  # below its minimum
         keep = -1
         for count in range(max(job.info.min_replicas, 1), top + 1):
-            nodes = -(-count // per_node)
-            speedup = job.table.get(nodes, count, job.cap)
-            restart_s = job.restart_s
-            if job.prev is not None and count > job.prev_replicas:
-                restart_s *= self.knobs.grow_restarts
-            value = job.weight * speedup * (1.0 - self._penalty(restart_s, job.remaining, speedup))
+            value = self._value(job, -(-count // per_node), count, True)
             if job.prev is not None and count == job.prev_replicas:
-                stay = job.weight * job.table.get(len(job.prev), count, job.cap)
+                stay = self._value(job, len(job.prev), count, False)
                 if stay >= value:
                     value, keep = stay, count
             values[count] = value

@@ -149,51 +149,43 @@ class SimJob:
             self._speedup_key = key
         return self._speedup
 
+    @property
+    def work_left(self) -> float:
+        """Scale-invariant iterations still to run (trace truth)."""
+        return max(self.app.total_progress - self.progress, 0.0)
+
     def remaining_s(self) -> float | None:
         """Seconds left on one GPU at its best batch, from the job's own model and its declared
         epochs; None before the job has a model."""
         fn = self.speedup_fn()
         if not isinstance(fn, SpeedupFunction) or fn.base_goodput <= 0:
             return None
-        return max(self.app.total_progress - self.progress, 0.0) / fn.base_goodput
+        return self.work_left / fn.base_goodput
 
     def job_info(self, now: int, *, hide_remaining: bool = False) -> JobInfo:
-        """What a real job could report to the scheduler (no trace knowledge)."""
-        # Only adaptive jobs run the model-fitting library; baselines' jobs report no model.
-        adaptive = self.mode is JobMode.ADAPTIVE
-        if adaptive and self.truth is not None:
-            return self._true_info(now, hide_remaining)
+        """What a real job could report to the scheduler: its own model (no trace knowledge),
+        or, as the simulator's diagnostic what-if, the trace truth with no ramp cap."""
+        speedup: SpeedupFn
+        if self.mode is not JobMode.ADAPTIVE:  # baselines' jobs run no model-fitting library
+            speedup, remaining, profiled = linear_speedup, None, self.max_profiled_replicas
+        elif self.truth is not None:
+            truth = self.truth(self.app, self.epoch)
+            speedup, remaining = truth, self.work_left / truth.base_goodput
+            profiled = self.max_replicas
+        else:
+            speedup, remaining = self.speedup_fn(), self.remaining_s()
+            profiled = self.max_profiled_replicas
         return JobInfo(
             name=self.name,
-            speedup=self.speedup_fn() if adaptive else linear_speedup,
+            speedup=speedup,
             min_replicas=0,
             max_replicas=self.max_replicas,
             age_s=float(now - self.spec.submit_time),
             restarts=self.restarts or 0,
             restart_cost_s=float(self.restart_delay_s),
             attained_service_s=float(self.attained_service),
-            remaining_s=self.remaining_s() if adaptive and not hide_remaining else None,
-            max_profiled_replicas=self.max_profiled_replicas,
-            preemptible=True,
-            submit_order=self.order,
-        )
-
-    def _true_info(self, now: int, hide_remaining: bool) -> JobInfo:
-        """Trace truth: the current epoch's true speedups, true remaining work, no ramp cap."""
-        assert self.truth is not None
-        fn = self.truth(self.app, self.epoch)
-        left = max(self.app.total_progress - self.progress, 0.0) / fn.base_goodput
-        return JobInfo(
-            name=self.name,
-            speedup=fn,
-            min_replicas=0,
-            max_replicas=self.max_replicas,
-            age_s=float(now - self.spec.submit_time),
-            restarts=self.restarts or 0,
-            restart_cost_s=float(self.restart_delay_s),
-            attained_service_s=float(self.attained_service),
-            remaining_s=None if hide_remaining else left,
-            max_profiled_replicas=self.max_replicas,
+            remaining_s=None if hide_remaining else remaining,
+            max_profiled_replicas=profiled,
             preemptible=True,
             submit_order=self.order,
         )
@@ -275,18 +267,12 @@ class SimJob:
         app = self.app
         n, k = len(self.placement), self.replicas
         m, s = self.batch
-        batch = k * m * (s + 1)
-        step, sync = app.step_sync_time(self.placement, m)
-        sqr, var = app.grad_stats(batch, self.epoch)
-        scale = batch / app.init_batch_size
-        denom = var / scale + sqr
-        gain = (var + sqr) / denom if denom > 0 else 1.0
-        self.grad = GradParams(sqr, var)
+        self.grad = GradParams(*app.grad_stats(k * m * (s + 1), self.epoch))
         key = (n, k, m)
         if key not in self.profile:
-            self.profile[key] = (step, sync)
+            self.profile[key] = app.step_sync_time(self.placement, m)
             self._perf_stale = True
-        return float(gain / (step + s * (step - sync)))
+        return app.rate(self.placement, m, s, self.epoch)
 
 
 def placement_of(nodes: list[str]) -> tuple[int, ...]:

@@ -177,6 +177,20 @@ class AppTrace:
         self._time_cache[key] = out
         return out
 
+    def rate(
+        self, placement: Sequence[int], local_bsz: float, accum_steps: int, epoch: int
+    ) -> float:
+        """True scale-invariant iterations per second of a configuration during ``epoch``: the
+        AdaScale gain of its global batch over the time of one optimizer step (the traces
+        README's physics, shared by the simulated jobs and the what-ifs)."""
+        step, sync = self.step_sync_time(placement, local_bsz)
+        batch = sum(placement) * local_bsz * (accum_steps + 1)
+        sqr, var = self.grad_stats(batch, epoch)
+        scale = batch / self.init_batch_size
+        denom = var / scale + sqr
+        gain = (var + sqr) / denom if denom > 0 else 1.0
+        return float(gain / (step + accum_steps * (step - sync)))
+
     def _lookup(self, canon: tuple[int, ...], m: float) -> tuple[float, float]:
         curve = self.curves.get(canon)
         if curve is not None and curve.local_bsz[0] <= m <= curve.local_bsz[-1]:

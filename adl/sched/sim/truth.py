@@ -39,15 +39,6 @@ class TrueGoodput:
             hit = self._cache[key] = self._best(nodes, replicas)
         return hit
 
-    def _rate(self, placement: tuple[int, ...], m: float, s: int) -> float:
-        app = self.app
-        step, sync = app.step_sync_time(placement, m)
-        batch = sum(placement) * m * (s + 1)
-        sqr, var = app.grad_stats(batch, self.epoch)
-        denom = var * app.init_batch_size / batch + sqr
-        gain = (var + sqr) / denom if denom > 0 else 1.0
-        return float(gain / (step + s * (step - sync)))
-
     def _best(self, nodes: int, replicas: int) -> float:
         app, placement = self.app, spread(nodes, replicas)
         if self.fixed_batch:  # split as the simulated job splits its fixed batch
@@ -58,7 +49,7 @@ class TrueGoodput:
                 init_batch_size=app.init_batch_size,
                 max_batch_size=app.max_batch_size,
             )
-            return self._rate(placement, m, s)
+            return self.app.rate(placement, m, s, self.epoch)
         lo_b, hi_b = float(app.init_batch_size), float(app.max_batch_size)
         micro = np.unique(
             np.round(np.geomspace(app.min_local_bsz, app.max_local_bsz, self.MICRO_BATCHES))
@@ -70,7 +61,7 @@ class TrueGoodput:
                 if batch > hi_b + 1e-9:
                     break
                 if batch >= lo_b - 1e-9:
-                    best = max(best, self._rate(placement, m, s))
+                    best = max(best, self.app.rate(placement, m, s, self.epoch))
         return best
 
 

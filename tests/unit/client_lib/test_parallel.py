@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from client_kit import sgd_reference_step
 from torch import nn
 
 from adl.client_lib import parallel as parallel_mod
@@ -100,7 +101,7 @@ def test_accumulation_averages_micro_batches_and_uses_the_first_micro_gradient()
     nn.functional.mse_loss(adp(x[16:]), y[16:]).backward()
     opt.step()
     # Reference: one plain step on the whole batch of 24 with LR x 3 (linear rule, B0 = 8).
-    _sgd_reference_step(reference, x, y, 0.1 * 3.0)
+    sgd_reference_step(reference, x, y, 0.1 * 3.0)
     torch.testing.assert_close(_flat(model), _flat(reference))
     assert adp.progress.samples == 24
     assert adp.gns.updates == 1  # first micro-gradient (b=8) against the mean (B=24)
@@ -145,7 +146,7 @@ def test_stats_interval_with_accumulation_still_averages_every_step() -> None:
         _accumulate(adp, x[:8], y[:8])
         nn.functional.mse_loss(adp(x[8:]), y[8:]).backward()
         opt.step()
-        _sgd_reference_step(reference, x, y, 0.1 * 2.0)
+        sgd_reference_step(reference, x, y, 0.1 * 2.0)
     torch.testing.assert_close(_flat(model), _flat(reference))
     # Steps 0 and 2 (alone, the step before a measured one is measured too), not step 1.
     assert adp.gns.updates == 2
@@ -173,15 +174,6 @@ def test_noise_statistics_from_accumulation_match_the_formula() -> None:
     assert got is not None
     assert got[0][0] == pytest.approx(sqr.item(), rel=1e-4)
     assert got[1][0] == pytest.approx(tr.item(), rel=1e-4)
-
-
-def _sgd_reference_step(ref: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> None:
-    """One plain SGD step of the reference model on the whole batch."""
-    ref.zero_grad()
-    nn.functional.mse_loss(ref(x), y).backward()
-    with torch.no_grad():
-        for p in ref.parameters():
-            p -= lr * p.grad
 
 
 def _accumulate(adp: AdaptiveDataParallel, x: torch.Tensor, y: torch.Tensor) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from client_kit import sgd_reference_step
 from torch import nn
 
 from adl.client_lib.gns import unbiased_estimates
@@ -56,15 +57,6 @@ def _capture_global_norms(adp: AdaptiveDataParallel, model: nn.Module) -> list[t
 
     adp.gns.update = spy  # type: ignore[method-assign]
     return seen
-
-
-def _sgd_reference_step(ref: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> None:
-    """One plain SGD step of the single-process reference on the whole global batch."""
-    ref.zero_grad()
-    nn.functional.mse_loss(ref(x), y).backward()
-    with torch.no_grad():
-        for p in ref.parameters():
-            p -= lr * p.grad
 
 
 def _assert_same_on_every_rank(*tensors: torch.Tensor) -> None:
@@ -130,7 +122,7 @@ def _checks(rank: int) -> None:
     assert not torch.allclose(gathered[0], gathered[1])  # no all-reduce happened
     loss_fn(adp(own[0][M:]), own[1][M:]).backward()
     opt.step()
-    _sgd_reference_step(ref, x, y, 0.1 * 4.0)  # batch 4M = 4 x B0
+    sgd_reference_step(ref, x, y, 0.1 * 4.0)  # batch 4M = 4 x B0
     torch.testing.assert_close(_flat(model), _flat(ref))
     assert adp.progress.samples == 2 * M + 4 * M
     assert adp.gns.updates == 2
@@ -176,7 +168,7 @@ def _checks(rank: int) -> None:
             xs, ys, factor = x[: WORLD * M], y[: WORLD * M], 2.0
             loss_fn(adp(xs[mine]), ys[mine]).backward()
         opt.step()
-        _sgd_reference_step(ref, xs, ys, 0.1 * factor)
+        sgd_reference_step(ref, xs, ys, 0.1 * factor)
     torch.testing.assert_close(_flat(model), _flat(ref))
     assert adp.gns.updates == 2 and len(seen) == 2  # steps 0 and 2 of this wrapper
     for given, truth in seen:
