@@ -5,7 +5,7 @@ workload-1..4 (Pollux for ``adl``, Optimus+Oracle, Tiresias), then per-policy me
 
     .venv/bin/python benchmarks/sched_replay.py [--policies adl,tiresias,optimus,fifo]
         [--workloads 1,2,3,4] [--generated K] [--load 1.0] [--hide-remaining]
-        [--jobs N] [--traces DIR] [--seed 0] [--json PATH]
+        [--jobs N] [--traces DIR] [--seed 0] [--json PATH] [--policy-knob NAME=VALUE ...]
 
 ``--generated K`` adds K workloads from :mod:`adl.sched.sim.generate` (seeds 1..K, jobs the
 policies were never tuned on); ``--jobs N`` runs N replays in parallel processes.
@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+from adl.sched.policy_knobs import parse_knobs  # noqa: E402
 from adl.sched.sim.generate import generate_workload  # noqa: E402
 from adl.sched.sim.metrics import summarize  # noqa: E402
 from adl.sched.sim.policies import POLICY_NAMES, make_policy, uses_oracle  # noqa: E402
@@ -50,6 +51,7 @@ class Task:
     path: str | None = None
     gen_seed: int | None = None
     load: float = 1.0
+    knobs: tuple[tuple[str, float], ...] = ()  # adl policy constants (adl only)
 
     def jobs(self) -> list[WorkloadJob]:
         if self.path is not None:
@@ -67,7 +69,7 @@ def run_task(task: Task) -> dict[str, Any]:
     t0 = time.perf_counter()
     result = simulate(
         task.jobs(),
-        make_policy(task.policy, task.seed),
+        make_policy(task.policy, task.seed, dict(task.knobs) if task.policy == "adl" else None),
         traces=apps,
         config=SimConfig(hide_remaining=task.hide_remaining),
     )
@@ -95,6 +97,12 @@ def build_tasks(args: argparse.Namespace) -> list[Task]:
     bad = [p for p in policies if p not in POLICY_NAMES]
     if bad:
         raise SystemExit(f"error: unknown policies {bad}; choose from {', '.join(POLICY_NAMES)}")
+    try:
+        knobs = tuple(sorted(parse_knobs(args.policy_knob or []).items()))
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    if knobs and "adl" not in policies:
+        raise SystemExit("error: --policy-knob applies to the adl policy only")
     return [
         Task(
             policy=p,
@@ -105,6 +113,7 @@ def build_tasks(args: argparse.Namespace) -> list[Task]:
             path=path,
             gen_seed=gen,
             load=args.load,
+            knobs=knobs,
         )
         for p in policies
         for label, path, gen in sources
@@ -169,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=0, help="policy seed")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--policy-knob",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an adl policy constant (repeatable), e.g. srpt_power=0.25",
+    )
     args = ap.parse_args(argv)
 
     tasks = build_tasks(args)
@@ -197,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         doc = {
             "hide_remaining": args.hide_remaining,
+            "policy_knobs": dict(tasks[0].knobs),
             "seed": args.seed,
             "load": args.load,
             "results": rows,

@@ -27,27 +27,41 @@ def register(app: typer.Typer) -> None:
         prewarm: Annotated[
             bool, typer.Option(help="keep a warm shim (torch imported) for each resize")
         ] = True,
+        policy_knob: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--policy-knob",
+                help="NAME=VALUE, an adl policy constant (repeatable; e.g. srpt_power=0.25)",
+            ),
+        ] = None,
     ) -> None:
         """Start the daemon in the background (no-op when one is running)."""
         from adl.cli.backend import BackendError
         from adl.cli.cmd_jobs import fail
         from adl.local.client import daemon_pid, start_daemon
         from adl.local.store import default_home
+        from adl.sched.policy_knobs import parse_knobs
 
         where = home or default_home()
+        try:
+            knobs = parse_knobs(policy_knob or [])
+        except ValueError as err:
+            raise fail(str(err)) from None
+        extra = [] if prewarm else ["--no-prewarm"]
+        extra += [f"--policy-knob={name}={value!r}" for name, value in knobs.items()]
         if foreground:
             from adl.local import daemon
 
             args = ["--home", str(where)]
             args += ["--slots", str(slots)] if slots else []
             args += ["--round-s", str(round_s)] if round_s else []
-            args += [] if prewarm else ["--no-prewarm"]
-            raise typer.Exit(daemon.main(args))
+            raise typer.Exit(daemon.main(args + extra))
         if daemon_pid(where):
             typer.echo(f"adl daemon already running (pid {daemon_pid(where)}) for {where}")
+            if knobs:
+                typer.echo("policy knobs apply from the next start: adl local down, then up")
             return
         try:
-            extra = [] if prewarm else ["--no-prewarm"]
             pid = start_daemon(where, slots=slots, round_s=round_s, extra_args=extra)
         except BackendError as err:
             raise fail(str(err)) from None

@@ -75,6 +75,7 @@ def replay(
     apps: dict[str, AppTrace],
     config: SimConfig,
     console: Console,
+    knobs: dict[str, float] | None = None,
 ) -> SimResult:
     """One workload with a progress bar (simulated time and jobs done)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -84,7 +85,7 @@ def replay(
     from adl.sched.sim.workload import load_workload
 
     jobs = load_workload(path)
-    sim = Simulator(jobs, make_policy(policy_name, seed), apps, config)
+    sim = Simulator(jobs, make_policy(policy_name, seed, knobs), apps, config)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -140,9 +141,17 @@ def register(app: typer.Typer) -> None:
                 help="jobs do not report their remaining work (length-agnostic scheduling)",
             ),
         ] = False,
+        policy_knob: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--policy-knob",
+                help="NAME=VALUE, an adl policy constant (repeatable; e.g. srpt_power=0.25)",
+            ),
+        ] = None,
     ) -> None:
         """Replay workloads on the trace-driven simulator and report JCT figures."""
         single_threaded_blas()
+        from adl.sched.policy_knobs import parse_knobs
         from adl.sched.sim.metrics import summarize
         from adl.sched.sim.policies import POLICY_NAMES, uses_oracle
         from adl.sched.sim.simulator import SimConfig
@@ -151,6 +160,12 @@ def register(app: typer.Typer) -> None:
 
         if policy not in POLICY_NAMES:
             raise _fail(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+        try:
+            knobs = parse_knobs(policy_knob or [])
+        except ValueError as err:
+            raise _fail(str(err)) from None
+        if knobs and policy != "adl":
+            raise _fail(f"--policy-knob applies to the adl policy only, not {policy!r}")
         try:
             paths = workload_paths(target)
         except FileNotFoundError as err:
@@ -170,7 +185,7 @@ def register(app: typer.Typer) -> None:
         for path in paths:
             t0 = time.perf_counter()
             try:
-                result = replay(path, policy, seed, apps, config, _err)
+                result = replay(path, policy, seed, apps, config, _err, knobs)
             except (KeyError, ValueError) as err:
                 raise _fail(f"{path}: {err}") from None
             wall = time.perf_counter() - t0
@@ -184,6 +199,7 @@ def register(app: typer.Typer) -> None:
         if json_path is not None:
             doc = {
                 "policy": policy,
+                "policy_knobs": knobs,
                 "seed": seed,
                 "hide_remaining": hide_remaining,
                 "traces": str(traces_dir),

@@ -23,9 +23,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from adl.local import processes as P
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME
 from adl.local.store import GroupRecord, JobRecord, Store, default_home
 from adl.models import Phase
+from adl.sched.policy_knobs import parse_knobs
 from adl.sched.types import NodeInfo, Policy
 
 log = logging.getLogger("adl.local")
@@ -83,10 +85,10 @@ class Settings:
     prewarm: bool = True  # CPU slots: keep the next group's shim ready (torch imported)
 
 
-def _default_policy() -> Policy:
+def _default_policy(knobs: Mapping[str, float] | None = None) -> Policy:
     from adl.sched.policy import AdlPolicy
 
-    policy: Policy = AdlPolicy()
+    policy: Policy = AdlPolicy(seed=0, **dict(knobs or {}))
     return policy
 
 
@@ -562,9 +564,22 @@ def main(argv: list[str] | None = None) -> int:
         "--policy", default=None, help="module:factory returning a Policy (default AdlPolicy)"
     )
     parser.add_argument(
+        "--policy-knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; not with --policy)",
+    )
+    parser.add_argument(
         "--no-prewarm", action="store_true", help="start every group from a fresh interpreter"
     )
     args = parser.parse_args(argv)
+    try:
+        knobs = parse_knobs(args.policy_knob)
+    except ValueError as err:
+        parser.error(str(err))
+    if knobs and args.policy:
+        parser.error("--policy-knob sets the default adl policy's constants; not with --policy")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     home = args.home or default_home()
     gpus = detect_gpus() if args.gpus is None else args.gpus
@@ -578,7 +593,10 @@ def main(argv: list[str] | None = None) -> int:
         timing=timing,
         prewarm=not args.no_prewarm,
     )
-    daemon = Daemon(settings, load_policy(args.policy, home) if args.policy else _default_policy)
+    factory = load_policy(args.policy, home) if args.policy else partial(_default_policy, knobs)
+    if knobs:
+        log.info("adl policy knobs: %s", knobs)
+    daemon = Daemon(settings, factory)
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
     signal.signal(signal.SIGINT, lambda *_: daemon.stop())
     daemon.run()

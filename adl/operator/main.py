@@ -12,8 +12,12 @@ import asyncio
 import importlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from adl.sched.types import Policy
 
 log = logging.getLogger("adl.operator")
 
@@ -35,6 +39,7 @@ class Options:
     priority: int | None = None
     standalone: bool = False
     node_selector: dict[str, str] = field(default_factory=dict)
+    policy_knobs: dict[str, float] = field(default_factory=dict)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -57,6 +62,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="peering priority (default: older replicas first, so a new one waits as standby)",
     )
     p.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--policy-knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; README: Policy knobs)",
+    )
     a = p.parse_args(argv)
     selector = {}
     for item in a.node_selector:
@@ -66,6 +78,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         selector[key] = value
     if a.round_interval <= 0:
         p.error("--round-interval must be positive")
+    from adl.sched.policy_knobs import parse_knobs
+
+    try:
+        knobs = parse_knobs(a.policy_knob)
+    except ValueError as err:
+        p.error(str(err))
     return Options(
         port=a.port,
         health_port=a.health_port,
@@ -78,7 +96,21 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         priority=a.priority,
         standalone=a.standalone or a.peering is None,
         node_selector=selector,
+        policy_knobs=knobs,
     )
+
+
+def policy_factory(knobs: Mapping[str, float]) -> Callable[[], Policy]:
+    """A factory of the adl policy with these constants (one fresh policy per operator run)."""
+    frozen = dict(knobs)
+
+    def make() -> Policy:
+        from adl.sched.policy import AdlPolicy
+
+        policy: Policy = AdlPolicy(seed=0, **frozen)
+        return policy
+
+    return make
 
 
 def _api_server() -> ApiServer | None:
@@ -110,7 +142,10 @@ async def run(opts: Options) -> None:
         gpu_resource=opts.gpu_resource,
         node_selector=opts.node_selector,
         namespaces=opts.namespaces,
+        policy_factory=policy_factory(opts.policy_knobs),
     )
+    if opts.policy_knobs:
+        log.info("adl policy knobs: %s", opts.policy_knobs)
     stop, started = asyncio.Event(), asyncio.Event()
     api = _api_server()
     api_task: asyncio.Task[None] | None = None

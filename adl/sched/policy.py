@@ -50,43 +50,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from adl.sched.placement import Cluster, Placement
+from adl.sched.policy_knobs import Knobs
 from adl.sched.speedup_table import SpeedupTable
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """Policy constants. Defaults are chosen from first principles, not fitted to a trace."""
-
-    #: a job may use at most ``ramp_factor`` x the largest replica count it has profiled (>= 1)
-    ramp_factor: float = 2.0
-    #: exponent on remaining work: 1 = shortest-remaining-first, 0 = maximize total speedup
-    srpt_power: float = 0.5
-    #: fairness/aging: a job's priority grows by ``(1 + age / R)^fairness`` ...
-    fairness: float = 1.0
-    #: ... which is capped by the remaining work of a job that ran ``aging_cap`` times its length
-    #: floor on remaining work, seconds (a nearly finished job is not infinitely urgent)
-    min_remaining_s: float = 60.0
-    #: LAS fallback when the remaining work is unknown: R = attained service + this many seconds
-    unknown_remaining_s: float = 3600.0
-    #: a new configuration must pay back its restart within this many seconds
-    restart_horizon_s: float = 1800.0
-    #: largest restart penalty (fraction of the new configuration's value)
-    max_restart_penalty: float = 0.9
-    #: restarts a running job's growth must pay for (the growth now, the give-back later)
-    grow_restarts: float = 2.0
-    #: beyond the largest profiled replica count, assume gradient sync does not get slower
-    #: (no "retrogression" the job has not measured): optimism that makes jobs explore
-    optimistic: float = 1.0
-    #: local search: re-solve with each of up to this many moved big jobs kept whole ...
-    local_search: float = 2.0
-    #: ... while at most this many jobs are active (each re-solve costs one greedy round)
-    local_search_max_jobs: float = 256.0
-    #: exact replica counts: a knapsack over every job's counts (packed value), kept when its
-    #: placed objective beats the greedy's (0 = off) ...
-    dp: float = 1.0
-    #: ... while jobs x (free GPUs + 1) is at most this (the knapsack's table size)
-    dp_max_cells: float = 200_000.0
 
 
 @dataclass

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from adl.sched.types import Policy
 
 #: names accepted by ``adl simulate --policy`` and ``benchmarks/sched_replay.py --policies``
 POLICY_NAMES: tuple[str, ...] = ("adl", "tiresias", "optimus", "fifo")
 
 
-def make_policy(name: str, seed: int = 0) -> Policy:
-    """A fresh policy instance (policies keep per-run state, so never share one across runs)."""
+def make_policy(name: str, seed: int = 0, knobs: Mapping[str, float] | None = None) -> Policy:
+    """A fresh policy instance (policies keep per-run state, so never share one across runs).
+
+    ``knobs`` set the adl policy's constants (:mod:`adl.sched.policy_knobs`); the baselines
+    have none, and giving them knobs is an error rather than silently ignored."""
+    if knobs and name != "adl":
+        raise ValueError(f"policy knobs apply to the adl policy only, not {name!r}")
     if name == "adl":
         from adl.sched.policy import AdlPolicy
 
-        return AdlPolicy(seed=seed)
+        return AdlPolicy(seed=seed, **dict(knobs or {}))
     if name == "tiresias":
         from adl.sched.baselines import TiresiasPolicy
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "imagePullSecrets": [{"name": "regcred"}],
     },
     "no-peering": {"peering": {"enabled": False}},
+    "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
 }
 
 
@@ -79,6 +81,16 @@ def test_operator_accepts_the_rendered_args(variant: str) -> None:
     assert opts.standalone is (variant == "no-peering")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": opts.port, "health": opts.health_port}
+    knobs = VARIANTS[variant].get("scheduler", {}).get("policyKnobs", {})
+    assert opts.policy_knobs == knobs
+
+
+def test_values_schema_knows_exactly_the_policy_knobs() -> None:
+    from adl.sched.policy_knobs import knob_names
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    knobs = schema["properties"]["scheduler"]["properties"]["policyKnobs"]
+    assert knobs["propertyNames"]["enum"] == knob_names()
 
 
 def test_custom_image_and_pull_secrets() -> None:
@@ -119,6 +131,8 @@ def test_values_schema_rejects_bad_values() -> None:
             {"image": {"pullPolicy": "Sometimes"}},
             {"unknownKey": 1},
             {"metrics": {"serviceMonitor": {"interval": "often"}}},
+            {"scheduler": {"policyKnobs": {"srpt_pwr": 0.25}}},
+            {"scheduler": {"policyKnobs": {"srpt_power": "high"}}},
         ):
             with pytest.raises(helm.HelmError):
                 chart.validate_schema(bad)

@@ -100,3 +100,31 @@ def test_local_up_no_prewarm_reaches_the_daemon(adl_home: Path) -> None:
         assert b"--no-prewarm" in argv
     finally:
         adl("local", "down")
+
+
+def test_local_up_policy_knobs_reach_the_daemons_policy(adl_home: Path) -> None:
+    try:
+        code, out = adl("local", "up", "--policy-knob", "srpt_power=0.25,fairness=0")
+        assert code == 0, out
+        pid = daemon_pid(adl_home)
+        assert pid is not None and pid > 0
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--policy-knob=srpt_power=0.25" in argv and b"--policy-knob=fairness=0.0" in argv
+        log = (adl_home / "daemon.log").read_text()
+        assert "adl policy knobs: {'srpt_power': 0.25, 'fairness': 0.0}" in log
+        code, out = adl("local", "up", "--policy-knob", "fairness=1")
+        assert code == 0 and "apply from the next start" in out
+    finally:
+        adl("local", "down")
+
+
+@pytest.mark.parametrize(
+    ("knob", "message"),
+    [("srpt_pwr=1", "unknown policy knob 'srpt_pwr'"), ("fairness=-1", "must be in [0, inf)")],
+)
+def test_local_up_refuses_a_bad_policy_knob_before_starting(
+    adl_home: Path, knob: str, message: str
+) -> None:
+    code, out = adl("local", "up", "--policy-knob", knob)
+    assert code != 0 and message in out
+    assert daemon_pid(adl_home) is None

@@ -100,6 +100,22 @@ def test_adl_policy_with_hidden_remaining_work(tmp_path: Path) -> None:
     assert doc["workloads"]["small"]["finished"] == 2
 
 
+def test_policy_knobs_reach_the_adl_policy(tmp_path: Path) -> None:
+    wl = small_workload(tmp_path / "small.csv")
+    docs = {}
+    for name, knobs in (("default", []), ("no-ramp", ["--policy-knob", "ramp_factor=1"])):
+        out = tmp_path / f"{name}.json"
+        res = invoke(str(wl), "--traces", str(TRACES), "--json", str(out), *knobs)
+        assert res.exit_code == 0, res.output
+        docs[name] = json.loads(out.read_text())
+    assert docs["default"]["policy_knobs"] == {}
+    assert docs["no-ramp"]["policy_knobs"] == {"ramp_factor": 1.0}
+    default, no_ramp = docs["default"]["workloads"]["small"], docs["no-ramp"]["workloads"]["small"]
+    # ramp_factor 1 caps every job at the replicas it has profiled: one, so none ever grows
+    assert no_ramp["restarts_per_job"] == 0 < default["restarts_per_job"]
+    assert no_ramp["avg_jct_s"] > 2 * default["avg_jct_s"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -107,6 +123,9 @@ def test_adl_policy_with_hidden_remaining_work(tmp_path: Path) -> None:
         (["{wl}", "--policy", "pollux"], "unknown policy"),
         (["{wl}", "--policy", "fifo", "--traces", "{tmp}/no-traces"], "traces directory"),
         (["{tmp}", "--policy", "fifo"], "no workload-*.csv"),
+        (["{wl}", "--policy-knob", "srpt_pwr=1"], "unknown policy knob 'srpt_pwr'"),
+        (["{wl}", "--policy-knob", "ramp_factor=0.5"], "ramp_factor must be in [1, inf)"),
+        (["{wl}", "-p", "fifo", "--policy-knob", "fairness=0"], "adl policy only"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:

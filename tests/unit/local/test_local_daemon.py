@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from local_kit import FixedPolicy, counter_spec, wait_for
 
 from adl.cli.cmd_jobs import describe_text
@@ -133,3 +134,20 @@ def test_a_command_that_cannot_start_fails_with_that_reason(daemon_factory, back
     text = describe_text(backend.get("n", "default"))
     assert "exited with code 127" in text
     assert "cannot start '/nonexistent/trainer'" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--policy-knob=srpt_power=high"],
+        ["--policy-knob=srpt_power=0", "--policy=mod:factory"],
+    ],
+)
+def test_the_daemon_refuses_bad_policy_knobs(tmp_path, argv) -> None:
+    from adl.local.client import DB_NAME
+    from adl.local.daemon import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["--home", str(tmp_path), *argv])
+    assert err.value.code == 2
+    assert not (tmp_path / DB_NAME).exists()

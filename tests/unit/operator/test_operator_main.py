@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adl.operator.main import parse_args
+from adl.operator.main import parse_args, policy_factory
 
 
 def test_cluster_wide_with_peering() -> None:
@@ -26,6 +26,9 @@ def test_namespaced_defaults_to_standalone_without_peering() -> None:
         ["-A", "--node-selector=novalue"],
         ["-A", "--round-interval=0"],
         ["-A", "--peering=x", "--standalone"],
+        ["-A", "--policy-knob=srpt_pwr=0.25"],
+        ["-A", "--policy-knob=srpt_power=high"],
+        ["-A", "--policy-knob=max_restart_penalty=1.5"],
     ],
 )
 def test_bad_arguments_exit(argv: list[str]) -> None:
@@ -51,3 +54,13 @@ def test_peering_priority_prefers_the_oldest_replica_and_is_distinct() -> None:
     assert active > standby  # a replica started later never takes over from a live one
     assert parse_args(["-A", "--peering=adl"]).priority is None
     assert parse_args(["-A", "--peering=adl", "--priority=7"]).priority == 7
+
+
+def test_policy_knobs_reach_the_policy_the_operator_runs() -> None:
+    o = parse_args(["-A", "--policy-knob=srpt_power=0.25", "--policy-knob=fairness=0,dp=0"])
+    assert o.policy_knobs == {"srpt_power": 0.25, "fairness": 0.0, "dp": 0.0}
+    policy = policy_factory(o.policy_knobs)()
+    knobs = policy.knobs  # type: ignore[attr-defined]
+    assert (knobs.srpt_power, knobs.fairness, knobs.dp) == (0.25, 0.0, 0.0)
+    assert knobs.ramp_factor == 2.0  # the rest keep their defaults
+    assert policy_factory({})().knobs.srpt_power == 0.5  # type: ignore[attr-defined]

@@ -1,0 +1,109 @@
+"""The adl policy's constants (:class:`Knobs`), their valid ranges, and ``NAME=VALUE`` parsing.
+
+Platform teams set knobs where the policy runs (``python -m adl.operator --policy-knob``, the
+Helm value ``policy.knobs``, ``adl local up --policy-knob``, ``adl simulate --policy-knob``);
+a bad name or value must fail there, at start-up, with the valid choices in the message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Policy constants. Defaults are chosen from first principles, not fitted to a trace.
+
+    ``srpt_power`` and ``fairness`` set the trade-off between the mean JCT and the tail
+    (p99 JCT, makespan); the README's "Policy knobs" section has the measured figures.
+    """
+
+    #: a job may use at most ``ramp_factor`` x the largest replica count it has profiled (>= 1)
+    ramp_factor: float = 2.0
+    #: exponent on remaining work: 1 = shortest-remaining-first, 0 = maximize total speedup
+    srpt_power: float = 0.5
+    #: fairness/aging: a job's priority grows by ``(1 + age / R)^fairness`` (0 = no aging)
+    fairness: float = 1.0
+    #: floor on remaining work, seconds (a nearly finished job is not infinitely urgent)
+    min_remaining_s: float = 60.0
+    #: LAS fallback when the remaining work is unknown: R = attained service + this many seconds
+    unknown_remaining_s: float = 3600.0
+    #: a new configuration must pay back its restart within this many seconds
+    restart_horizon_s: float = 1800.0
+    #: largest restart penalty (fraction of the new configuration's value)
+    max_restart_penalty: float = 0.9
+    #: restarts a running job's growth must pay for (the growth now, the give-back later)
+    grow_restarts: float = 2.0
+    #: beyond the largest profiled replica count, assume gradient sync does not get slower
+    #: (no "retrogression" the job has not measured): optimism that makes jobs explore (0 = off)
+    optimistic: float = 1.0
+    #: local search: re-solve with each of up to this many moved big jobs kept whole ...
+    local_search: float = 2.0
+    #: ... while at most this many jobs are active (each re-solve costs one greedy round)
+    local_search_max_jobs: float = 256.0
+    #: exact replica counts: a knapsack over every job's counts (packed value), kept when its
+    #: placed objective beats the greedy's (0 = off) ...
+    dp: float = 1.0
+    #: ... while jobs x (free GPUs + 1) is at most this (the knapsack's table size)
+    dp_max_cells: float = 200_000.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"policy knob {f.name} must be a number, got {value!r}")
+            lo, hi, closed = _RANGES.get(f.name, (0.0, math.inf, True))
+            ok = math.isfinite(value) and lo <= value and (value <= hi if closed else value < hi)
+            if not ok:
+                where = _describe(f.name)
+                raise ValueError(f"policy knob {f.name} must be in {where}, got {value}")
+
+
+#: knob -> (lowest, highest, highest included); knobs not listed take any finite value >= 0
+_RANGES: dict[str, tuple[float, float, bool]] = {
+    "ramp_factor": (1.0, math.inf, True),
+    "min_remaining_s": (1e-3, math.inf, True),
+    "unknown_remaining_s": (1e-3, math.inf, True),
+    "restart_horizon_s": (1e-3, math.inf, True),
+    "max_restart_penalty": (0.0, 1.0, False),
+}
+
+
+def _describe(name: str) -> str:
+    lo, hi, closed = _RANGES.get(name, (0.0, math.inf, True))
+    if math.isinf(hi):
+        return f"[{lo:g}, inf)"
+    return f"[{lo:g}, {hi:g}{']' if closed else ')'}"
+
+
+def knob_names() -> list[str]:
+    """Every knob's name, in declaration order."""
+    return [f.name for f in fields(Knobs)]
+
+
+def parse_knobs(items: Iterable[str]) -> dict[str, float]:
+    """``["srpt_power=0.25", "fairness=0,dp=0"]`` -> knobs, validated against :class:`Knobs`.
+
+    Each item is ``NAME=VALUE`` or a comma-separated list of them; a later value wins. Raises
+    ``ValueError`` with the valid names (or range) for an unknown name or a bad value.
+    """
+    names = knob_names()
+    out: dict[str, float] = {}
+    for item in items:
+        for pair in (p.strip() for p in item.split(",")):
+            if not pair:
+                continue
+            name, sep, raw = pair.partition("=")
+            name = name.strip()
+            if not sep or not name:
+                raise ValueError(f"policy knob {pair!r}: expected NAME=VALUE")
+            if name not in names:
+                raise ValueError(f"unknown policy knob {name!r}; choose from {', '.join(names)}")
+            try:
+                out[name] = float(raw)
+            except ValueError:
+                raise ValueError(f"policy knob {name}: {raw.strip()!r} is not a number") from None
+    Knobs(**out)  # ranges
+    return out
