@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from adl.cli.options import PolicyKnobOpt
+
 HomeOpt = Annotated[
     Path | None, typer.Option("--home", help="state directory (default $ADL_HOME or ~/.adl/local)")
 ]
@@ -27,13 +29,7 @@ def register(app: typer.Typer) -> None:
         prewarm: Annotated[
             bool, typer.Option(help="keep a warm shim (torch imported) for each resize")
         ] = True,
-        policy_knob: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--policy-knob",
-                help="NAME=VALUE, an adl policy constant (repeatable; e.g. srpt_power=0.25)",
-            ),
-        ] = None,
+        policy_knob: PolicyKnobOpt = None,
     ) -> None:
         """Start the daemon in the background (no-op when one is running)."""
         from adl.cli.backend import BackendError

@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from adl.cli.options import PolicyKnobOpt
+
 if TYPE_CHECKING:
     from adl.sched.sim.simulator import SimConfig, SimResult
     from adl.sched.sim.traces import AppTrace
@@ -141,13 +143,7 @@ def register(app: typer.Typer) -> None:
                 help="jobs do not report their remaining work (length-agnostic scheduling)",
             ),
         ] = False,
-        policy_knob: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--policy-knob",
-                help="NAME=VALUE, an adl policy constant (repeatable; e.g. srpt_power=0.25)",
-            ),
-        ] = None,
+        policy_knob: PolicyKnobOpt = None,
     ) -> None:
         """Replay workloads on the trace-driven simulator and report JCT figures."""
         single_threaded_blas()
