@@ -145,5 +145,19 @@ def shutdown() -> None:
         ctx.preemption.drain(timeout_s=_EXIT_DRAIN_S)
         ctx.preemption.uninstall()
     if dist.is_initialized():
+        _exit_barrier(ctx.cpu_group)
         dist.destroy_process_group()
     set_context(None)
+
+
+def _exit_barrier(group: dist.ProcessGroup | None) -> None:
+    """Wait (briefly) until every rank is leaving: a rank that tears its gloo groups down while
+    a peer still uses them can make that peer's gloo thread abort the process at exit
+    ("terminate called without an active exception", exit -6, seen once in CI). A peer that
+    already died only costs the timeout."""
+    if group is None:
+        return
+    try:
+        dist.monitored_barrier(group=group, timeout=timedelta(seconds=_EXIT_DRAIN_S))
+    except Exception as err:  # a dead peer, or the group is already gone: leave anyway
+        log.debug("exit barrier skipped: %s", err)
