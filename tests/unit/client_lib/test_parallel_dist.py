@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -186,6 +188,10 @@ def _worker(rank: int, store: str, errors: str) -> None:
         Path(errors, f"rank{rank}.txt").write_text(traceback.format_exc())
         raise
     finally:
+        # Every rank stops using the group before any tears it down (gloo aborts a rank whose
+        # peer closes the connections under it: "terminate called without an active exception")
+        with contextlib.suppress(Exception):
+            dist.monitored_barrier(timeout=timedelta(seconds=30))
         dist.destroy_process_group()
 
 
