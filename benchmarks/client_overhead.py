@@ -21,12 +21,14 @@ norms, noise-estimate update, LR scaling, step profiling. On a GPU machine with 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import statistics
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,9 @@ def _worker(rank: int, args: argparse.Namespace, store: str, out: str) -> None:
         if rank == 0:
             Path(out).write_text(json.dumps(rows))
     finally:
+        # every rank done with the group before any tears it down (gloo aborts at exit else)
+        with contextlib.suppress(Exception):
+            dist.monitored_barrier(timeout=timedelta(seconds=30))
         dist.destroy_process_group()
 
 
