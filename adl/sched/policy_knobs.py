@@ -1,8 +1,9 @@
 """The adl policy's constants (:class:`Knobs`), their valid ranges, and ``NAME=VALUE`` parsing.
 
 Platform teams set knobs where the policy runs (``python -m adl.operator --policy-knob``, the
-Helm value ``policy.knobs``, ``adl local up --policy-knob``, ``adl simulate --policy-knob``);
-a bad name or value must fail there, at start-up, with the valid choices in the message.
+Helm value ``scheduler.policyKnobs``, ``adl local up --policy-knob``, ``adl simulate
+--policy-knob``); a bad name or value must fail there, at start-up, with the valid choices in
+the message.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Knobs:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"policy knob {f.name} must be a number, got {value!r}")
-            lo, hi, closed = _RANGES.get(f.name, (0.0, math.inf, True))
+            lo, hi, closed = _RANGES.get(f.name, _ANY_NONNEGATIVE)
             ok = math.isfinite(value) and lo <= value and (value <= hi if closed else value < hi)
             if not ok:
                 where = _describe(f.name)
@@ -62,6 +63,7 @@ class Knobs:
 
 
 #: knob -> (lowest, highest, highest included); knobs not listed take any finite value >= 0
+_ANY_NONNEGATIVE = (0.0, math.inf, True)
 _RANGES: dict[str, tuple[float, float, bool]] = {
     "ramp_factor": (1.0, math.inf, True),
     "min_remaining_s": (1e-3, math.inf, True),
@@ -72,7 +74,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
 
 
 def _describe(name: str) -> str:
-    lo, hi, closed = _RANGES.get(name, (0.0, math.inf, True))
+    lo, hi, closed = _RANGES.get(name, _ANY_NONNEGATIVE)
     if math.isinf(hi):
         return f"[{lo:g}, inf)"
     return f"[{lo:g}, {hi:g}{']' if closed else ')'}"
