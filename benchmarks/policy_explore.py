@@ -4,7 +4,7 @@ physical limit of each application (alone on the cluster from submission).
 
     PYTHONPATH=. .venv/bin/python benchmarks/policy_explore.py --variants base,srpt1
         [--workloads 1,2,3,4] [--generated 2] [--jobs 2] [--traces DIR] [--json PATH]
-        [--breakdown] [--hide-remaining] [--restart-delay 30] [--oracle-info]
+        [--breakdown] [--hide-remaining] [--restart-delay 30] [--oracle-info] [--fixed-rounds]
 """
 
 from __future__ import annotations
@@ -126,11 +126,17 @@ def main() -> None:
         action="store_true",
         help="what-if: jobs report true speedups and remaining work (no learning, no ramp cap)",
     )
+    ap.add_argument(
+        "--fixed-rounds",
+        action="store_true",
+        help="reschedule only every 60 s, not also when a job arrives or finishes",
+    )
     a = ap.parse_args()
     config = SimConfig(
         hide_remaining=a.hide_remaining,
         restart_delay_s=a.restart_delay,
         oracle_info=a.oracle_info,
+        rounds_on_events=not a.fixed_rounds,
     )
     traces = Path(a.traces)
     tasks = []

@@ -6,9 +6,12 @@ workload-1..4 (Pollux for ``adl``, Optimus+Oracle, Tiresias), then per-policy me
     .venv/bin/python benchmarks/sched_replay.py [--policies adl,tiresias,optimus,fifo]
         [--workloads 1,2,3,4] [--generated K] [--load 1.0] [--hide-remaining]
         [--jobs N] [--traces DIR] [--seed 0] [--json PATH] [--policy-knob NAME=VALUE ...]
+        [--fixed-rounds]
 
 ``--generated K`` adds K workloads from :mod:`adl.sched.sim.generate` (seeds 1..K, jobs the
-policies were never tuned on); ``--jobs N`` runs N replays in parallel processes.
+policies were never tuned on); ``--jobs N`` runs N replays in parallel processes. adl is
+replayed as its operator runs it, with a round also when a job arrives or finishes;
+``--fixed-rounds`` makes it reschedule only every 60 s, as the published baselines do.
 """
 
 from __future__ import annotations
@@ -32,7 +35,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 from adl.sched.policy_knobs import parse_knobs  # noqa: E402
 from adl.sched.sim.generate import generate_workload  # noqa: E402
 from adl.sched.sim.metrics import summarize  # noqa: E402
-from adl.sched.sim.policies import POLICY_NAMES, make_policy, uses_oracle  # noqa: E402
+from adl.sched.sim.policies import (  # noqa: E402
+    POLICY_NAMES,
+    make_policy,
+    rounds_on_events,
+    uses_oracle,
+)
 from adl.sched.sim.published import PUBLISHED_LABEL, published_avg_jct  # noqa: E402
 from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
 from adl.sched.sim.traces import default_traces_dir, load_traces  # noqa: E402
@@ -52,6 +60,7 @@ class Task:
     gen_seed: int | None = None
     load: float = 1.0
     knobs: tuple[tuple[str, float], ...] = ()  # adl policy constants (adl only)
+    fixed_rounds: bool = False  # adl too reschedules only every 60 s
 
     def jobs(self) -> list[WorkloadJob]:
         if self.path is not None:
@@ -71,7 +80,10 @@ def run_task(task: Task) -> dict[str, Any]:
         task.jobs(),
         make_policy(task.policy, task.seed, dict(task.knobs) if task.policy == "adl" else None),
         traces=apps,
-        config=SimConfig(hide_remaining=task.hide_remaining),
+        config=SimConfig(
+            hide_remaining=task.hide_remaining,
+            rounds_on_events=rounds_on_events(task.policy) and not task.fixed_rounds,
+        ),
     )
     row = summarize(result)
     wall = time.perf_counter() - t0
@@ -114,6 +126,7 @@ def build_tasks(args: argparse.Namespace) -> list[Task]:
             gen_seed=gen,
             load=args.load,
             knobs=knobs,
+            fixed_rounds=args.fixed_rounds,
         )
         for p in policies
         for label, path, gen in sources
@@ -184,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="an adl policy constant (repeatable), e.g. srpt_power=0.25",
     )
+    ap.add_argument(
+        "--fixed-rounds",
+        action="store_true",
+        help="adl too reschedules only every 60 s, not also when a job arrives or finishes",
+    )
     args = ap.parse_args(argv)
 
     tasks = build_tasks(args)
@@ -213,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {
             "hide_remaining": args.hide_remaining,
             "policy_knobs": dict(tasks[0].knobs),
+            "fixed_rounds": args.fixed_rounds,
             "seed": args.seed,
             "load": args.load,
             "results": rows,

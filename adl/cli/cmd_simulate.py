@@ -144,12 +144,20 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         policy_knob: PolicyKnobOpt = None,
+        fixed_rounds: Annotated[
+            bool,
+            typer.Option(
+                "--fixed-rounds",
+                help="adl too reschedules only every 60 s, not also when a job arrives or "
+                "finishes (how the published baselines were replayed)",
+            ),
+        ] = False,
     ) -> None:
         """Replay workloads on the trace-driven simulator and report JCT figures."""
         single_threaded_blas()
         from adl.sched.policy_knobs import parse_knobs
         from adl.sched.sim.metrics import summarize
-        from adl.sched.sim.policies import POLICY_NAMES, uses_oracle
+        from adl.sched.sim.policies import POLICY_NAMES, rounds_on_events, uses_oracle
         from adl.sched.sim.simulator import SimConfig
         from adl.sched.sim.traces import default_traces_dir, load_traces
         from adl.sched.sim.workload import workload_paths
@@ -175,7 +183,8 @@ def register(app: typer.Typer) -> None:
             _err.print("note: optimus is an oracle baseline; --hide-remaining does not apply")
 
         out = Console()
-        config = SimConfig(hide_remaining=hide_remaining)
+        events = rounds_on_events(policy) and not fixed_rounds
+        config = SimConfig(hide_remaining=hide_remaining, rounds_on_events=events)
         report: dict[str, Any] = {}
         plotted: list[tuple[str, SimResult]] = []
         for path in paths:
@@ -198,6 +207,7 @@ def register(app: typer.Typer) -> None:
                 "policy_knobs": knobs,
                 "seed": seed,
                 "hide_remaining": hide_remaining,
+                "rounds_on_events": events,
                 "traces": str(traces_dir),
                 "workloads": report,
             }

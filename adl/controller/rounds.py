@@ -178,7 +178,10 @@ def plan_round(
     allocation = {
         r.key: previous[r.key] if r.key in pinned else list(raw.get(r.key, [])) for r in live
     }
-    changed = {k: v for k, v in allocation.items() if v != previous[k]}
+    # a job no round has answered yet gets its answer recorded even when it is nothing: the
+    # operator runs a round at once for a job without one, and should do so only once
+    unanswered = {r.key for r in live if r.desired is None}
+    changed = {k: v for k, v in allocation.items() if v != previous[k] or k in unanswered}
     # finished / suspended jobs that still have a desired allocation give it back
     for r in ordered:
         if r.key not in allocation and r.desired:

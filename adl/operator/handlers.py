@@ -82,6 +82,9 @@ def configure(**changes: Any) -> OperatorConfig:
 class RoundStats:
     durations_s: list[float] = field(default_factory=list)
     last: float = 0.0
+    #: a forced round found one running (which may have read the jobs before the change that
+    #: asked for it): the next tick runs one regardless of the interval
+    due: bool = False
 
 
 class Runtime:
@@ -226,20 +229,28 @@ async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationErro
 
 
 async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
-    """Read the job and its pods, compute the step, execute it; retried on conflicts."""
+    """Reconcile the job; when that finished it, hand its GPUs out at once (a round now)
+    rather than leave them idle until the next round interval."""
+    if await _reconcile_job(rt, namespace, name):
+        await run_round(rt, force=True)
+
+
+async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
+    """Read the job and its pods, compute the step, execute it; retried on conflicts.
+    Returns whether this step finished the job (Succeeded or Failed)."""
     namespace = namespace or ""
     async with rt.lock(f"{namespace}/{name}"):
         rt.reconciled[f"{namespace}/{name}"] = time.monotonic()
         for _ in range(5):
             body = await asyncio.to_thread(rt.store.get_job, namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
-                return
+                return False
             body["metadata"].setdefault("namespace", namespace)
             try:
                 spec = AdaptiveJobSpec.model_validate(body.get("spec") or {})
             except ValidationError as exc:
                 await _fail_invalid(rt, body, exc)
-                return
+                return False
             raw_pods = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
             pods = classify_all(raw_pods)
             status = _status_of(body)
@@ -253,8 +264,11 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
                 continue
             for pod in finished_leftovers(pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
-            return
+            return not status.phase.finished and any(
+                isinstance(a, SetStatus) and a.status.phase.finished for a in actions
+            )
         log.warning("gave up reconciling %s/%s after repeated conflicts", namespace, name)
+        return False
 
 
 # ------------------------------------------------------------------------ the scheduling round
@@ -263,11 +277,14 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
 async def run_round(rt: Runtime, *, force: bool = False) -> bool:
     """One scheduling round over every job, unless one ran recently (or is running)."""
     if rt.round_lock.locked():
+        rt.rounds.due = rt.rounds.due or force
         return False
     async with rt.round_lock:
-        if not force and time.monotonic() - rt.rounds.last < CONFIG.round_interval_s:
+        waited = time.monotonic() - rt.rounds.last
+        if not (force or rt.rounds.due) and waited < CONFIG.round_interval_s:
             return False
         rt.rounds.last = time.monotonic()
+        rt.rounds.due = False
         store = rt.store
         if CONFIG.namespaces:
             jobs = []

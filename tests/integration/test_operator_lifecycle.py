@@ -7,10 +7,12 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
 from operator_harness import Operator, ScriptedPolicy, eventually, objects
 
+from adl.operator import handlers
 from adl.operator.store import MERGE, api_client
 
 NS = "default"
@@ -418,3 +420,30 @@ async def test_suspend_stops_workers_and_resume_starts_the_next_group(
     st = status(k8s)
     assert st["group"] == 2 and not (st.get("restarts") or {}).get("failure")
     assert conditions(k8s)["Suspended"]["status"] == "False"
+
+
+def allocation_annotation(k8s: Any, name: str) -> str | None:
+    annotations = objects(k8s, "adaptivejobs")[name]["metadata"].get("annotations") or {}
+    return annotations.get("adl.dev/allocation")
+
+
+async def test_a_finished_job_hands_its_gpus_out_at_once(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's finish runs a round: a queued job gets the GPUs without waiting for the round
+    interval (an hour here, so only the finish can start it)."""
+    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body())
+    await run_group(k8s, {"train-g1-0"})
+    await submit(job_body("queued"))
+    await eventually(lambda: f"{NS}/queued" in policy.seen, what="a round that sees it")
+    await asyncio.sleep(0.5)  # its own events (status set once) and their rounds are over
+    assert not pods_of(k8s, "queued") and allocation_annotation(k8s, "queued") in (None, "[]")
+
+    policy.answer = {f"{NS}/queued": ["node-a"]}
+    calls = policy.calls
+    await set_pod_phase("train-g1-0", "Succeeded", exit_code=0)
+    await eventually(lambda: status(k8s).get("phase") == "Succeeded", what="Succeeded")
+    pods = await eventually(lambda: pods_of(k8s, "queued"), what="the queued job's pods")
+    assert set(pods) == {"queued-g1-0"} and policy.calls > calls

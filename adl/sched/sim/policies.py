@@ -36,6 +36,15 @@ def make_policy(name: str, seed: int = 0, knobs: Mapping[str, float] | None = No
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
 
 
+def rounds_on_events(name: str) -> bool:
+    """Whether the policy's driver also runs a round when a job is submitted or finishes.
+
+    adl's operator and local daemon do (its round takes milliseconds, so a new job need not
+    wait for the next one); the baselines are replayed as their published figures were
+    produced, a round every 60 s only."""
+    return name == "adl"
+
+
 def uses_oracle(name: str) -> bool:
     """Optimus+Oracle reads remaining work from the traces by definition (``--hide-remaining``
     does not apply to it)."""

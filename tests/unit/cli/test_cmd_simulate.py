@@ -116,6 +116,30 @@ def test_policy_knobs_reach_the_adl_policy(tmp_path: Path) -> None:
     assert no_ramp["avg_jct_s"] > 2 * default["avg_jct_s"]
 
 
+def test_adl_reschedules_on_arrivals_unless_fixed_rounds(tmp_path: Path) -> None:
+    """As adl's operator does, a round runs when a job arrives: the ncf jobs (submitted 30 s
+    and 20 s before a 60 s boundary) start at once; ``--fixed-rounds`` makes them wait."""
+    wl = small_workload(tmp_path / "small.csv", apps=("ncf",))
+    docs = {}
+    for name, extra in (("events", []), ("fixed", ["--fixed-rounds"])):
+        out = tmp_path / f"{name}.json"
+        res = invoke(str(wl), "--traces", str(TRACES), "--json", str(out), *extra)
+        assert res.exit_code == 0, res.output
+        docs[name] = json.loads(out.read_text())
+    assert docs["events"]["rounds_on_events"] is True
+    assert docs["fixed"]["rounds_on_events"] is False
+    events, fixed = (docs[k]["workloads"]["small"]["avg_jct_s"] for k in ("events", "fixed"))
+    assert fixed - events == pytest.approx((30 + 20) / 2)
+
+
+def test_baselines_are_replayed_with_fixed_rounds(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    wl = small_workload(tmp_path / "small.csv", apps=("ncf",))
+    res = invoke(str(wl), "-p", "tiresias", "--traces", str(TRACES), "--json", str(out))
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["rounds_on_events"] is False
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -183,6 +183,17 @@ def test_unchanged_allocation_is_not_reported() -> None:
     assert result.changed == {}
 
 
+def test_a_new_job_left_waiting_has_that_answer_recorded_once() -> None:
+    """The operator runs a round at once for a job no round has answered (desired None); an
+    empty answer must be recorded too, or every event of the waiting job would force one."""
+    running = record("a", age_s=10, spec={"max_replicas": 2}, phase=Phase.RUNNING,
+                     allocation=["n0", "n0"], desired=["n0", "n0"])  # fmt: skip
+    first = plan_round(FakePolicy(), [running, record("b")], [NodeInfo("n0", 2)], NOW)
+    assert first.changed == {"ns/b": []}
+    again = plan_round(FakePolicy(), [running, record("b", desired=[])], [NodeInfo("n0", 2)], NOW)
+    assert again.changed == {}
+
+
 def test_previous_falls_back_to_running_allocation() -> None:
     policy = FakePolicy()
     plan_round(policy, [record("a", phase=Phase.RUNNING, allocation=["n1"])], [], NOW)

@@ -78,6 +78,36 @@ def test_simulated_jct_includes_waiting_for_the_round_and_the_restart(toy: AppTr
     assert result.total_gpus == 1
 
 
+def test_rounds_on_events_start_a_new_job_at_once_and_reuse_a_finished_jobs_gpu(
+    toy: AppTrace,
+) -> None:
+    """adl's operator runs a round when a job arrives and when one finishes: no wait for the
+    next 60 s boundary (the same workload as above)."""
+    work = [WorkloadJob("a", 10, "toy", 1, 8), WorkloadJob("b", 70, "toy", 1, 8)]
+    config = SimConfig(num_nodes=1, gpus_per_node=1, rounds_on_events=True, event_tick_s=5)
+    result = Simulator(work, FifoPolicy(), {"toy": toy}, config).run()
+    a, b = result.jobs
+    assert a.completion_s == 10 + 30 + 150  # scheduled on arrival
+    assert b.completion_s == 190 + 30 + 150  # the round at a's finish gives b the GPU
+    rounds = [t for t, _ in result.timeline]
+    assert {10, 60, 70, 120, 180, 190} <= set(rounds) and rounds == sorted(rounds)
+
+
+def test_a_finish_between_ticks_is_noticed_at_the_next_tick(toy: AppTrace) -> None:
+    work = [WorkloadJob("a", 10, "toy", 1, 8), WorkloadJob("b", 70, "toy", 1, 8)]
+    config = SimConfig(num_nodes=1, gpus_per_node=1, rounds_on_events=True, event_tick_s=7)
+    a, b = Simulator(work, FifoPolicy(), {"toy": toy}, config).run().jobs
+    # a finishes at 190; ticks from the round at 180 end at 187, 194: b starts at 194
+    assert a.completion_s == 190 and b.completion_s == 194 + 30 + 150
+
+
+def test_sim_config_rejects_a_zero_round_or_tick() -> None:
+    with pytest.raises(ValueError, match="at least 1 second"):
+        SimConfig(event_tick_s=0)
+    with pytest.raises(ValueError, match="at least 1 second"):
+        SimConfig(round_s=0)
+
+
 @pytest.mark.parametrize("hide", [False, True])
 def test_hide_remaining_hides_job_length_from_the_policy(toy: AppTrace, hide: bool) -> None:
     policy = Recorder()

@@ -1,0 +1,65 @@
+"""When the operator runs a scheduling round: the interval, forced rounds, and a forced round
+that found another one running (it must not be lost)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import pytest
+
+from adl.operator import handlers
+from adl.operator.handlers import Runtime, run_round
+from adl.operator.store import KubeStore
+from adl.sched.types import Allocation, JobInfo, NodeInfo
+
+
+class EmptyCluster:
+    """The store calls a round makes, on a cluster with no jobs."""
+
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return []
+
+    def list_all_pods(self) -> list[dict[str, Any]]:
+        return []
+
+
+class NoPolicy:
+    def optimize(
+        self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], previous: Mapping[str, list[str]]
+    ) -> Allocation:
+        return {}
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime:
+    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
+    monkeypatch.setattr(handlers.CONFIG, "namespaces", [])
+    rt = Runtime(cast(KubeStore, EmptyCluster()), NoPolicy())
+    rt.rounds.last = time.monotonic()  # a round just ran
+    return rt
+
+
+async def test_rounds_wait_for_the_interval_unless_forced(runtime: Runtime) -> None:
+    assert not await run_round(runtime)
+    assert await run_round(runtime, force=True)
+    assert not await run_round(runtime)
+
+
+async def test_a_forced_round_that_found_one_running_runs_at_the_next_tick(
+    runtime: Runtime,
+) -> None:
+    async with runtime.round_lock:  # a round is running (it may have read the jobs already)
+        assert not await run_round(runtime, force=True)
+    assert await run_round(runtime)  # the next tick runs it, although the interval has not passed
+    assert not await run_round(runtime)  # once
+
+
+async def test_an_unforced_call_during_a_round_asks_for_nothing(runtime: Runtime) -> None:
+    async with runtime.round_lock:
+        assert not await run_round(runtime)
+    assert not await run_round(runtime)
