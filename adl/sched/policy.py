@@ -428,31 +428,3 @@ class AdlPolicy:
             nxt = self._best_move(job, cluster)
             if nxt is not None:
                 heapq.heappush(heap, (-nxt[0], idx))
-
-    def place_new(
-        self,
-        job: JobInfo,
-        nodes: Sequence[NodeInfo],
-        current: Mapping[str, list[str]],
-    ) -> Allocation:
-        """Fast path between rounds: start a new job on GPUs that are free right now.
-
-        Nobody else is moved. Returns ``current`` plus the new job (with [] if nothing fits).
-        """
-        cluster = Cluster(nodes)
-        for name, names in current.items():
-            if name == job.name or not names:
-                continue
-            placement = cluster.from_names(names)
-            if placement is not None and cluster.fits(placement):
-                cluster.take(name, placement)
-        work = self._prepare([job], cluster, {})
-        new = work[0]
-        while True:
-            move = self._best_move(new, cluster)
-            if move is None:
-                break
-            self._commit(new, move[1], cluster)
-        out = {name: list(names) for name, names in current.items()}
-        out[job.name] = cluster.to_names(new.placement)
-        return out

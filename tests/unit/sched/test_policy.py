@@ -253,25 +253,6 @@ def test_non_preemptible_job_keeps_its_gpus():
     assert counts(alloc) == {"pinned": 1, "urgent": 0}
 
 
-# --------------------------------------------------------------------------- fast path
-
-
-def test_place_new_uses_only_free_gpus():
-    nodes = nodes_of(2)
-    current = {"a": ["n0"] * 4, "b": ["n1"] * 2}
-    new = job("c", speedup=amdahl(0.0), max_replicas=4)
-    out = AdlPolicy().place_new(new, nodes, current)
-    assert out["a"] == current["a"] and out["b"] == current["b"]
-    assert out["c"] == ["n1", "n1"]
-    assert validate_allocation(out, nodes) == []
-
-
-def test_place_new_when_full_gets_nothing():
-    nodes = nodes_of(1)
-    out = AdlPolicy().place_new(job("c"), nodes, {"a": ["n0"] * 4})
-    assert out["c"] == []
-
-
 # --------------------------------------------------------------------------- placement helper
 
 
