@@ -207,6 +207,10 @@ class Simulator:
     def step(self) -> float | None:
         """Advance one round and reschedule; returns the policy's wall seconds (None if idle)."""
         self.now = self._advance_to_next_round()
+        return self._schedule()
+
+    def _schedule(self) -> float | None:
+        """Ask the policy for an allocation now and apply it (None if nothing is active)."""
         active = self.active()
         if not active:
             self.allocation = {}
@@ -270,17 +274,22 @@ class Simulator:
         c = self.config
         result = SimResult(jobs=[], total_gpus=sum(self._capacity.values()))
         total = len(self.jobs)
-        while not all(j.done for j in self.jobs):
-            if self.now >= c.max_time_s:
-                raise RuntimeError(
-                    f"workload not finished after {c.max_time_s} s of simulated time"
-                )
-            elapsed = self.step()
+
+        def record(elapsed: float | None) -> None:
             if elapsed is not None:
                 result.round_s.append(elapsed)
             result.timeline.append(
                 (self.now, {name: len(nodes) for name, nodes in self.allocation.items()})
             )
+
+        if c.rounds_on_events and any(j.spec.submit_time <= self.now for j in self.jobs):
+            record(self._schedule())  # jobs submitted at the very start need not wait
+        while not all(j.done for j in self.jobs):
+            if self.now >= c.max_time_s:
+                raise RuntimeError(
+                    f"workload not finished after {c.max_time_s} s of simulated time"
+                )
+            record(self.step())
             if progress is not None:
                 progress(self.now, sum(j.done for j in self.jobs), total)
         result.jobs = [

@@ -101,6 +101,13 @@ def test_a_finish_between_ticks_is_noticed_at_the_next_tick(toy: AppTrace) -> No
     assert a.completion_s == 190 and b.completion_s == 194 + 30 + 150
 
 
+def test_with_rounds_on_events_a_job_submitted_at_zero_starts_at_zero(toy: AppTrace) -> None:
+    config = SimConfig(num_nodes=1, gpus_per_node=1, rounds_on_events=True)
+    result = Simulator([WorkloadJob("a", 0, "toy", 1, 8)], FifoPolicy(), {"toy": toy}, config).run()
+    assert result.jobs[0].completion_s == 0 + 30 + 150
+    assert result.timeline[0] == (0, {"a": 1})
+
+
 def test_sim_config_rejects_a_zero_round_or_tick() -> None:
     with pytest.raises(ValueError, match="at least 1 second"):
         SimConfig(event_tick_s=0)
