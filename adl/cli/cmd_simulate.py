@@ -34,8 +34,11 @@ def _seconds_and_hours(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:,.0f} s ({seconds / 3600:.2f} h)"
 
 
-def workload_table(name: str, policy: str, result: SimResult, summary: dict[str, Any]) -> Table:
-    """Per-application breakdown of one replay, with the published figure when there is one."""
+def workload_table(
+    name: str, policy: str, result: SimResult, summary: dict[str, Any], events: bool = False
+) -> Table:
+    """Per-application breakdown of one replay, with the published figure when there is one;
+    ``events``: rounds also ran at submissions and finishes (said in the caption)."""
     import numpy as np
 
     from adl.sched.sim.published import PUBLISHED_LABEL, published_avg_jct
@@ -58,8 +61,9 @@ def workload_table(name: str, policy: str, result: SimResult, summary: dict[str,
             style="bold" if app == "all" else None,
         )
     published = published_avg_jct(name, policy)
+    rounds = "every 60 s and at each submission and finish" if events else "every 60 s"
     caption = (
-        f"makespan {_seconds_and_hours(summary['makespan_s'])}; round latency p50 "
+        f"rounds {rounds}; makespan {_seconds_and_hours(summary['makespan_s'])}; round latency p50 "
         f"{summary['round_ms_p50']:.2f} ms, p95 {summary['round_ms_p95']:.2f} ms"
     )
     if published is not None and summary["avg_jct_s"] is not None:
@@ -197,7 +201,7 @@ def register(app: typer.Typer) -> None:
             summary = summarize(result)
             summary["wall_s"] = round(wall, 3)
             report[path.stem] = summary
-            out.print(workload_table(path.stem, policy, result, summary))
+            out.print(workload_table(path.stem, policy, result, summary, events))
             out.print(f"simulated in {wall:.1f} s\n")
             if plot is not None:
                 plotted.append((path.stem, result))

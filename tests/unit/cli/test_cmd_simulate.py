@@ -120,14 +120,16 @@ def test_adl_reschedules_on_arrivals_unless_fixed_rounds(tmp_path: Path) -> None
     """As adl's operator does, a round runs when a job arrives: the ncf jobs (submitted 30 s
     and 20 s before a 60 s boundary) start at once; ``--fixed-rounds`` makes them wait."""
     wl = small_workload(tmp_path / "small.csv", apps=("ncf",))
-    docs = {}
+    docs, outputs = {}, {}
     for name, extra in (("events", []), ("fixed", ["--fixed-rounds"])):
         out = tmp_path / f"{name}.json"
         res = invoke(str(wl), "--traces", str(TRACES), "--json", str(out), *extra)
         assert res.exit_code == 0, res.output
-        docs[name] = json.loads(out.read_text())
+        docs[name], outputs[name] = json.loads(out.read_text()), " ".join(res.output.split())
     assert docs["events"]["rounds_on_events"] is True
     assert docs["fixed"]["rounds_on_events"] is False
+    assert "at each submission and finish" in outputs["events"]
+    assert "at each submission" not in outputs["fixed"] and "every 60 s" in outputs["fixed"]
     events, fixed = (docs[k]["workloads"]["small"]["avg_jct_s"] for k in ("events", "fixed"))
     assert fixed - events == pytest.approx((30 + 20) / 2)
 
