@@ -229,15 +229,20 @@ async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationErro
 
 
 async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
-    """Reconcile the job; when that finished it, hand its GPUs out at once (a round now)
-    rather than leave them idle until the next round interval."""
+    """Reconcile the job; when that finished or suspended it, hand its GPUs out at once (a
+    round now) rather than leave them idle until the next round interval."""
     if await _reconcile_job(rt, namespace, name):
         await run_round(rt, force=True)
 
 
+def _holds_none(phase: Phase) -> bool:
+    """A job in this phase holds no GPUs and is offered none."""
+    return phase.finished or phase == Phase.SUSPENDED
+
+
 async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
     """Read the job and its pods, compute the step, execute it; retried on conflicts.
-    Returns whether this step finished the job (Succeeded or Failed)."""
+    Returns whether this step gave GPUs back (a job holding some finished or was suspended)."""
     namespace = namespace or ""
     async with rt.lock(f"{namespace}/{name}"):
         rt.reconciled[f"{namespace}/{name}"] = time.monotonic()
@@ -264,8 +269,8 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 continue
             for pod in finished_leftovers(pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
-            return not status.phase.finished and any(
-                isinstance(a, SetStatus) and a.status.phase.finished for a in actions
+            return bool(status.allocation) and any(
+                isinstance(a, SetStatus) and _holds_none(a.status.phase) for a in actions
             )
         log.warning("gave up reconciling %s/%s after repeated conflicts", namespace, name)
         return False
@@ -373,9 +378,11 @@ async def on_job_event(
         return
     rt: Runtime = memo.runtime
     status = body.get("status") or {}
-    if desired_allocation(dict(body)) is None and status.get("phase") not in (
-        "Succeeded",
-        "Failed",
+    suspended = bool((body.get("spec") or {}).get("suspend"))
+    if (
+        desired_allocation(dict(body)) is None
+        and not suspended
+        and status.get("phase") not in ("Succeeded", "Failed")
     ):
         await run_round(rt, force=True)  # a new job should not wait a whole round interval
     await reconcile_job(rt, namespace, name)

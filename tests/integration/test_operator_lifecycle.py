@@ -396,26 +396,14 @@ async def test_suspend_stops_workers_and_resume_starts_the_next_group(
     await submit(job_body())
     await run_group(k8s, {"train-g1-0"})
 
-    async def set_suspend(value: bool) -> None:
-        await asyncio.to_thread(
-            custom().patch_namespaced_custom_object,
-            "adl.dev",
-            "v1",
-            NS,
-            "adaptivejobs",
-            "train",
-            {"spec": {"suspend": value}},
-            _content_type=MERGE,
-        )
-
-    await set_suspend(True)
+    await set_suspend("train", True)
     await eventually(lambda: status(k8s).get("phase") == "Suspended", what="Suspended")
     await eventually(lambda: not alive(k8s), what="workers stopped")
     st = status(k8s)
     assert st["allocation"] == [] and not st.get("restarts")
     assert conditions(k8s)["Suspended"]["status"] == "True"
 
-    await set_suspend(False)
+    await set_suspend("train", False)
     await run_group(k8s, {"train-g2-0"})
     st = status(k8s)
     assert st["group"] == 2 and not (st.get("restarts") or {}).get("failure")
@@ -427,23 +415,61 @@ def allocation_annotation(k8s: Any, name: str) -> str | None:
     return annotations.get("adl.dev/allocation")
 
 
-async def test_a_finished_job_hands_its_gpus_out_at_once(
-    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A job's finish runs a round: a queued job gets the GPUs without waiting for the round
-    interval (an hour here, so only the finish can start it)."""
-    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
+async def set_suspend(name: str, value: bool) -> None:
+    await asyncio.to_thread(
+        custom().patch_namespaced_custom_object,
+        "adl.dev",
+        "v1",
+        NS,
+        "adaptivejobs",
+        name,
+        {"spec": {"suspend": value}},
+        _content_type=MERGE,
+    )
+
+
+async def queue_behind_a_running_job(k8s: Any, policy: ScriptedPolicy) -> None:
+    """'train' runs on the only GPU; 'queued' waits, with its empty answer recorded."""
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body())
     await run_group(k8s, {"train-g1-0"})
     await submit(job_body("queued"))
-    await eventually(lambda: f"{NS}/queued" in policy.seen, what="a round that sees it")
+    await eventually(lambda: allocation_annotation(k8s, "queued") == "[]", what="queued waits")
     await asyncio.sleep(0.5)  # its own events (status set once) and their rounds are over
-    assert not pods_of(k8s, "queued") and allocation_annotation(k8s, "queued") in (None, "[]")
+    assert not pods_of(k8s, "queued")
 
+
+@pytest.mark.parametrize("how", ["finishes", "is suspended"])
+async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
+    k8s: Any,
+    policy: ScriptedPolicy,
+    operator: Operator,
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:
+    """A job's finish or suspension runs a round: a queued job gets the GPUs without waiting
+    for the round interval (an hour here, so only that round can start it)."""
+    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
+    await queue_behind_a_running_job(k8s, policy)
     policy.answer = {f"{NS}/queued": ["node-a"]}
     calls = policy.calls
-    await set_pod_phase("train-g1-0", "Succeeded", exit_code=0)
-    await eventually(lambda: status(k8s).get("phase") == "Succeeded", what="Succeeded")
+    if how == "finishes":
+        await set_pod_phase("train-g1-0", "Succeeded", exit_code=0)
+        await eventually(lambda: status(k8s).get("phase") == "Succeeded", what="Succeeded")
+    else:
+        await set_suspend("train", True)
+        await eventually(lambda: status(k8s).get("phase") == "Suspended", what="Suspended")
     pods = await eventually(lambda: pods_of(k8s, "queued"), what="the queued job's pods")
     assert set(pods) == {"queued-g1-0"} and policy.calls > calls
+
+
+async def test_a_job_submitted_suspended_forces_no_round(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
+    await queue_behind_a_running_job(k8s, policy)  # a round ran: the interval starts now
+    calls = policy.calls
+    await submit(job_body("held", suspend=True))
+    await eventually(lambda: status(k8s, "held").get("phase") == "Suspended", what="Suspended")
+    await asyncio.sleep(0.5)
+    assert policy.calls == calls and "default/held" not in policy.seen

@@ -7,8 +7,9 @@ first start included), a job left without GPUs waits. JCT = completion - submiss
 
 With ``SimConfig.rounds_on_events`` a round also runs the moment a job is submitted and as soon
 as one finishes (noticed within ``event_tick_s``), as adl's operator and local daemon do: a new
-job need not wait for the next round, nor a finished job's GPUs sit idle until it. The published
-baselines are replayed without it (every 60 s only), as their figures were produced.
+job need not wait for the next round, nor a finished job's GPUs sit idle until it (the 60 s grid
+stays; the operator's own interval restarts after each extra round). The published baselines
+are replayed without it (every 60 s only), as their figures were produced.
 """
 
 from __future__ import annotations
