@@ -167,13 +167,30 @@ def fork_rank(argv: list[str], env: dict[str, str], cwd: str | None, log: str) -
 
 
 class _Stopped(BaseException):
-    """SIGTERM before the group's ranks started. A BaseException, like KeyboardInterrupt, so
-    that no ``except Exception`` inside a module being preloaded can swallow it (the shim would
-    then sit out its whole wait instead of leaving)."""
+    """SIGTERM while the warm shim waits for its group, before the group's ranks started. A
+    BaseException, like KeyboardInterrupt, so that no ``except Exception`` can swallow it."""
 
 
-def _stop(signum: int, frame: Any) -> None:
-    raise _Stopped
+class _StopOnTerm:
+    """The warm shim's SIGTERM handler. While preloading it only remembers the request, checked
+    between imports: an exception raised from a signal handler inside a library's import can be
+    swallowed (a bare ``except:``; under load 6 of 30 shims then sat out their whole wait) or
+    abort the process (raised through C++ code: ``terminate called ...``). Once ``interrupt`` is
+    set (pure Python from there on) it also raises :class:`_Stopped` to stop at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.interrupt = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        if self.interrupt:
+            raise _Stopped
+
+    def check(self) -> None:
+        """Raise :class:`_Stopped` if a SIGTERM was requested."""
+        if self.requested:
+            raise _Stopped
 
 
 def _record_stopped(go: Path, plan: dict[str, Any] | None = None) -> None:
@@ -198,33 +215,35 @@ def wait_and_run(folder: Path) -> int:
     """The warm shim: preload, then wait for ``warm-PID.go`` (the path of the group's plan) and
     run that group with forked ranks; exit quietly when nobody claims it."""
     pidfile, go = folder / f"warm-{os.getpid()}.pid", folder / f"warm-{os.getpid()}.go"
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        for name in PRELOAD:
-            try:
-                importlib.import_module(name)
-            except _Stopped:
-                raise
-            except Exception:  # a missing optional module only makes the start less warm
-                continue
-    except _Stopped:
-        # Stopped in the middle of an import: a half-imported torch can hang the interpreter's
-        # teardown (its threads, its exit hooks), and no user code has run, so leave at once.
+    stop = _StopOnTerm()
+    signal.signal(signal.SIGTERM, stop)
+    for name in PRELOAD:
+        if stop.requested:
+            break
+        try:
+            importlib.import_module(name)
+        except Exception:  # a missing optional module only makes the start less warm
+            continue
+    if stop.requested:
+        # No user code has run: leave at once, without the interpreter's teardown (a library
+        # imported halfway, e.g. if the import raised, can hang it with its threads or hooks).
         _record_stopped(go)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    stop.interrupt = True
     try:
-        return _wait(pidfile, go)
+        return _wait(pidfile, go, stop)
     except _Stopped:
         _record_stopped(go)
         return 0
 
 
-def _wait(pidfile: Path, go: Path) -> int:
+def _wait(pidfile: Path, go: Path, stop: _StopOnTerm) -> int:
     started = time.monotonic()
     deadline = started + WAIT_S
     while time.monotonic() < deadline:
+        stop.check()
         try:
             plan_path = go.read_text().strip()
         except OSError:
