@@ -161,6 +161,11 @@ class Phase(StrEnum):
     def finished(self) -> bool:
         return self in (Phase.SUCCEEDED, Phase.FAILED)
 
+    @property
+    def sits_out_rounds(self) -> bool:
+        """Finished or suspended: the job holds no GPUs and is offered none."""
+        return self.finished or self == Phase.SUSPENDED
+
 
 class RestartCause(StrEnum):
     RESIZE = "resize"

@@ -82,7 +82,7 @@ class SpeedupCache:
 
 def participates(spec: AdaptiveJobSpec, status: AdaptiveJobStatus) -> bool:
     """Finished and suspended jobs hold no GPUs and are not offered any."""
-    return not (spec.suspend or status.phase.finished or status.phase == Phase.SUSPENDED)
+    return not (spec.suspend or status.phase.sits_out_rounds)
 
 
 def job_info(

@@ -235,11 +235,6 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
         await run_round(rt, force=True)
 
 
-def _holds_none(phase: Phase) -> bool:
-    """A job in this phase holds no GPUs and is offered none."""
-    return phase.finished or phase == Phase.SUSPENDED
-
-
 async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
     """Read the job and its pods, compute the step, execute it; retried on conflicts.
     Returns whether this step gave GPUs back (a job holding some finished or was suspended)."""
@@ -270,7 +265,7 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
             for pod in finished_leftovers(pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
             return bool(status.allocation) and any(
-                isinstance(a, SetStatus) and _holds_none(a.status.phase) for a in actions
+                isinstance(a, SetStatus) and a.status.phase.sits_out_rounds for a in actions
             )
         log.warning("gave up reconciling %s/%s after repeated conflicts", namespace, name)
         return False
