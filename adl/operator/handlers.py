@@ -410,13 +410,14 @@ async def tick(
 async def on_delete(
     body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    """Stop the workers gracefully; Service, Secret and claim go with the owner references."""
+    """Stop the workers gracefully, then hand the job's GPUs out at once (a round now, which
+    leaves the deleted job out); Service, Secret and claim go with the owner references."""
     rt: Runtime = memo.runtime
     assert namespace is not None
+    status = _status_of(dict(body))
     async with rt.lock(f"{namespace}/{name}"):
         raw = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
         pods = classify_all(raw)
-        status = _status_of(dict(body))
         try:
             spec = AdaptiveJobSpec.model_validate(dict(body.get("spec") or {}))
         except ValidationError:
@@ -430,3 +431,5 @@ async def on_delete(
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
     rt.locks.pop(f"{namespace}/{name}", None)
     rt.reconciled.pop(f"{namespace}/{name}", None)
+    if status.allocation or desired_allocation(dict(body)):
+        await run_round(rt, force=True)

@@ -106,11 +106,14 @@ def _created(body: Mapping[str, Any]) -> datetime | None:
 
 
 def job_records(bodies: Sequence[Mapping[str, Any]]) -> list[JobRecord]:
-    """AdaptiveJob objects as the controller's round reads them; objects whose spec does not
-    validate are left out (the reconcile step marks them Failed with the reason)."""
+    """AdaptiveJob objects as the controller's round reads them. Left out: objects whose spec
+    does not validate (the reconcile step marks them Failed with the reason) and jobs being
+    deleted (their workers are stopping; the GPUs they held go to the others)."""
     known = {f.alias or n for n, f in AdaptiveJobStatus.model_fields.items()}
     out = []
     for body in bodies:
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            continue
         try:
             spec = AdaptiveJobSpec.model_validate(body.get("spec") or {})
             raw = body.get("status") or {}

@@ -439,7 +439,7 @@ async def queue_behind_a_running_job(k8s: Any, policy: ScriptedPolicy) -> None:
     assert not pods_of(k8s, "queued")
 
 
-@pytest.mark.parametrize("how", ["finishes", "is suspended"])
+@pytest.mark.parametrize("how", ["finishes", "is suspended", "is deleted"])
 async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
     k8s: Any,
     policy: ScriptedPolicy,
@@ -447,8 +447,8 @@ async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
     monkeypatch: pytest.MonkeyPatch,
     how: str,
 ) -> None:
-    """A job's finish or suspension runs a round: a queued job gets the GPUs without waiting
-    for the round interval (an hour here, so only that round can start it)."""
+    """A job's finish, suspension or deletion runs a round: a queued job gets the GPUs without
+    waiting for the round interval (an hour here, so only that round can start it)."""
     monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
     await queue_behind_a_running_job(k8s, policy)
     policy.answer = {f"{NS}/queued": ["node-a"]}
@@ -456,9 +456,13 @@ async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
     if how == "finishes":
         await set_pod_phase("train-g1-0", "Succeeded", exit_code=0)
         await eventually(lambda: status(k8s).get("phase") == "Succeeded", what="Succeeded")
-    else:
+    elif how == "is suspended":
         await set_suspend("train", True)
         await eventually(lambda: status(k8s).get("phase") == "Suspended", what="Suspended")
+    else:
+        await asyncio.to_thread(
+            custom().delete_namespaced_custom_object, "adl.dev", "v1", NS, "adaptivejobs", "train"
+        )
     pods = await eventually(lambda: pods_of(k8s, "queued"), what="the queued job's pods")
     assert set(pods) == {"queued-g1-0"} and policy.calls > calls
 

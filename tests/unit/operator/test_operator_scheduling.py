@@ -103,6 +103,14 @@ def test_job_records_from_the_crd() -> None:
     assert info.age_s == 600 and info.restarts == 3 and info.restart_cost_s == 12.0
 
 
+def test_a_job_being_deleted_takes_no_part_in_rounds() -> None:
+    """Its workers are stopping: the GPUs it held are the others' to take."""
+    deleting = job("gone", "2026-01-01T00:00:00Z", allocation=["a"])
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:09:00Z"
+    records = job_records([deleting, job("b", "2026-01-01T00:01:00Z")])
+    assert [r.key for r in records] == ["ns/b"]
+
+
 class Recorder:
     def __init__(self, answer: Allocation) -> None:
         self.answer = answer
