@@ -165,6 +165,8 @@ def run_demo(
                     console.print(f"[red]demo: timed out after {timeout_s:.0f}s[/red]")
                     break
                 time.sleep(1.0)
+        if live and not console.is_terminal:
+            console.line()  # to a file or pipe the live view's last frame ends without one
         rows = []
         store = backend.store
         for v in backend.list("default"):

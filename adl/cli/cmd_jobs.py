@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         backend: BackendOpt = None,
     ) -> None:
-        """Submit a job: ``adl submit NAME -- python train.py`` or ``adl submit -f job.yaml``."""
+        """Submit a job: adl submit NAME -- python train.py, or adl submit -f job.yaml."""
         try:
             if file is not None:
                 if command:

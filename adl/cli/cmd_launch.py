@@ -26,8 +26,9 @@ def register(app: typer.Typer) -> None:
         job: Annotated[str | None, typer.Option("--job", help="sets ADL_JOB (ns/name)")] = None,
         grace: Annotated[float, typer.Option("--grace", help="seconds before SIGKILL")] = 30.0,
     ) -> None:
-        """Start N local worker processes with the adl worker environment; exit with the worst
-        worker exit code (143 when preempted)."""
+        """Start N local worker processes with the adl worker environment.
+
+        Exits with the worst worker exit code (143 when preempted)."""
         from adl.client_lib.launch import Launcher
 
         cmd = [a for a in ctx.args]

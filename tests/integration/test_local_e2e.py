@@ -17,7 +17,7 @@ from adl.local.store import Store
 pytestmark = pytest.mark.slow
 
 
-def test_demo_loop_end_to_end(tmp_path: Path) -> None:
+def test_demo_loop_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home = tmp_path / "home"
     jobs = (
         ("grower", "compute", 1200, 1, 4, 0.0),
@@ -32,7 +32,7 @@ def test_demo_loop_end_to_end(tmp_path: Path) -> None:
             round_s=1.0,
             timeout_s=400,
             jobs=jobs,
-            live=False,
+            live=True,
             worker_args=("--step-sleep", "0.01"),
         )
     finally:  # the daemon is stopped by run_demo; workers of a timed-out run are not
@@ -40,6 +40,9 @@ def test_demo_loop_end_to_end(tmp_path: Path) -> None:
             proc = read_pidfile(pid_file)
             if proc is not None and group_alive(proc):
                 os.killpg(proc.pid, signal.SIGKILL)
+    # the live table's last frame, printed to a pipe, ends its line (what follows starts anew)
+    out = capsys.readouterr().out
+    assert "grower" in out and out.endswith("\n"), out[-200:]
     by = {r.name: r for r in rows}
     assert set(by) == {"grower", "late"}
     for r in rows:
