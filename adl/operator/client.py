@@ -22,6 +22,7 @@ from adl.operator import pods as P
 from adl.operator.crd import API_VERSION, GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION
 from adl.operator.scheduling import quantity
 from adl.operator.store import api_client
+from adl.operator.timestamps import parse_time
 
 _IMAGE = re.compile(r"^[a-z0-9]+([._/:@-][A-Za-z0-9_.-]+)*$")
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -75,14 +76,6 @@ def preflight(
     return errors
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    if isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
 def _view(body: Mapping[str, Any], events: list[str] | None = None) -> JobView:
     meta = body["metadata"]
     raw_status = dict(body.get("status") or {})
@@ -94,7 +87,7 @@ def _view(body: Mapping[str, Any], events: list[str] | None = None) -> JobView:
         status=AdaptiveJobStatus.model_validate(
             {k: v for k, v in raw_status.items() if k in known}
         ),
-        created=_parse_time(meta.get("creationTimestamp")),
+        created=parse_time(meta.get("creationTimestamp")),
         events=events or [],
     )
 

@@ -37,6 +37,7 @@ from adl.operator.observe import (
 )
 from adl.operator.scheduling import desired_allocation, job_records, nodes_from_objects
 from adl.operator.store import KUBE_URL_ENV, Conflict, KubeStore
+from adl.operator.timestamps import parse_time
 from adl.sched.types import Policy
 
 ANNOTATION_TOKEN_HASH = P.ANNOTATION_TOKEN_HASH
@@ -320,8 +321,8 @@ def time_based_work_due(
     or it is Starting and nobody looked at it for ``recheck_s`` (``idle_s``: seconds since the
     last reconcile, None for never), so a pod stuck Pending reaches its pending timeout."""
     status = body.get("status") or {}
-    after = status.get("restartAfter")
-    if after and now >= datetime.fromisoformat(str(after).replace("Z", "+00:00")):
+    until = parse_time(status.get("restartAfter"))
+    if until is not None and now >= until:
         return True
     if status.get("phase") != Phase.STARTING.value:
         return False

@@ -12,6 +12,7 @@ from typing import Any
 
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
 from adl.operator.pods import LABEL_GROUP, LABEL_INDEX, node_slots, rank_offsets
+from adl.operator.timestamps import parse_time
 
 #: Exit code of a worker that checkpointed and stopped on SIGTERM (128 + 15).
 EXIT_STOPPED = 143
@@ -68,14 +69,6 @@ def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return {}
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    if isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
 def classify(pod: Mapping[str, Any]) -> PodState:
     """One pod's state, reason included, from its status."""
     meta = pod.get("metadata") or {}
@@ -123,9 +116,9 @@ def classify(pod: Mapping[str, Any]) -> PodState:
             phase=PodPhase.PENDING,
             reason="Unschedulable",
             message=scheduled.get("message", ""),
-            since=_parse_time(scheduled.get("lastTransitionTime")),
+            since=parse_time(scheduled.get("lastTransitionTime")),
         )
-    created = _parse_time(meta.get("creationTimestamp"))
+    created = parse_time(meta.get("creationTimestamp"))
     return PodState(**base, phase=PodPhase.PENDING, reason=waiting.get("reason", ""), since=created)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
+from adl.operator.timestamps import parse_time
 from adl.sched.types import NodeInfo
 
 _SCHEDULE_EFFECTS = {"NoSchedule", "NoExecute"}
@@ -99,10 +100,7 @@ def desired_allocation(body: Mapping[str, Any]) -> list[str] | None:
 
 
 def _created(body: Mapping[str, Any]) -> datetime | None:
-    ts = (body.get("metadata") or {}).get("creationTimestamp")
-    if not ts:
-        return None
-    return datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    return parse_time((body.get("metadata") or {}).get("creationTimestamp"))
 
 
 def job_records(bodies: Sequence[Mapping[str, Any]]) -> list[JobRecord]:
