@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
             typer.Argument(help="a workload CSV, or a directory of workload-*.csv files"),
         ],
         policy: Annotated[
-            str, typer.Option("--policy", "-p", help="adl, tiresias, optimus or fifo")
+            str, typer.Option("--policy", "-p", help="adl, pollux, tiresias, optimus or fifo")
         ] = "adl",
         traces: Annotated[
             Path | None,

@@ -2,6 +2,7 @@
 
 from adl.sched.baselines.fifo import FifoPolicy
 from adl.sched.baselines.optimus import OptimusOraclePolicy
+from adl.sched.baselines.pollux import PolluxObjectivePolicy
 from adl.sched.baselines.tiresias import TiresiasPolicy
 
-__all__ = ["FifoPolicy", "OptimusOraclePolicy", "TiresiasPolicy"]
+__all__ = ["FifoPolicy", "OptimusOraclePolicy", "PolluxObjectivePolicy", "TiresiasPolicy"]

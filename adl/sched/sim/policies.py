@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from adl.sched.types import Policy
 
 #: names accepted by ``adl simulate --policy`` and ``benchmarks/sched_replay.py --policies``
-POLICY_NAMES: tuple[str, ...] = ("adl", "tiresias", "optimus", "fifo")
+POLICY_NAMES: tuple[str, ...] = ("adl", "pollux", "tiresias", "optimus", "fifo")
 
 
 def make_policy(name: str, seed: int = 0, knobs: Mapping[str, float] | None = None) -> Policy:
@@ -21,6 +21,10 @@ def make_policy(name: str, seed: int = 0, knobs: Mapping[str, float] | None = No
         from adl.sched.policy import AdlPolicy
 
         return AdlPolicy(seed=seed, **dict(knobs or {}))
+    if name == "pollux":
+        from adl.sched.baselines import PolluxObjectivePolicy
+
+        return PolluxObjectivePolicy(seed=seed)
     if name == "tiresias":
         from adl.sched.baselines import TiresiasPolicy
 

@@ -146,7 +146,7 @@ def test_baselines_are_replayed_with_fixed_rounds(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["missing.csv", "--policy", "fifo"], "not found"),
-        (["{wl}", "--policy", "pollux"], "unknown policy"),
+        (["{wl}", "--policy", "gavel"], "unknown policy"),
         (["{wl}", "--policy", "fifo", "--traces", "{tmp}/no-traces"], "traces directory"),
         (["{tmp}", "--policy", "fifo"], "no workload-*.csv"),
         (["{wl}", "--policy-knob", "srpt_pwr=1"], "unknown policy knob 'srpt_pwr'"),

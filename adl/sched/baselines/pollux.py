@@ -1,0 +1,54 @@
+"""Pollux's objective (OSDI'21), solved by adl's optimizer: the yardstick replayed, not quoted.
+
+Pollux maximizes a power mean (p = -1) of each job's speedup relative to its fair share, where
+a job that is re-allocated has its speedup scaled by ``(T - S * d) / (T + d)`` (age ``T``,
+re-allocations so far ``S``, restart delay ``d``): the fraction of its life it would have spent
+training after one more restart. With p = -1 the power mean is maximal exactly when
+``sum 1 / speedup`` is minimal, which is separable over jobs, so adl's greedy, local search and
+knapsack (:class:`adl.sched.policy.AdlPolicy`) solve it in place of Pollux's genetic search.
+Running as many jobs as fit comes first (a job without GPUs would make the mean zero), and
+remaining work is not used at all, as in Pollux. Placement follows adl's rules, which are
+Pollux's: pack a job on few nodes, never two distributed jobs on one node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from adl.sched.placement import Cluster
+from adl.sched.policy import AdlPolicy, _Job
+from adl.sched.types import JobInfo
+
+#: value of running at all, above any ``1 / speedup`` a running job can have
+_RUNNING = 1e3
+
+
+class PolluxObjectivePolicy(AdlPolicy):
+    """Maximize the p = -1 power mean of fair-share speedups, restart-discounted."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed=seed)
+
+    def _prepare(
+        self,
+        jobs: Sequence[JobInfo],
+        cluster: Cluster,
+        previous: Mapping[str, Sequence[str]],
+    ) -> list[_Job]:
+        out = super()._prepare(jobs, cluster, previous)
+        # a job's yardstick: its speedup on an equal share of the cluster (at least one GPU)
+        fair = max(sum(cluster.capacity) // max(len(out), 1), 1)
+        per_node = max(cluster.max_gpus, 1)
+        for job in out:
+            share = min(fair, max(job.cap, 1))
+            job.weight = max(job.table.get(-(-share // per_node), share, job.cap), 1e-9)
+        return out
+
+    def _value(self, job: _Job, nodes: int, replicas: int, moved: bool) -> float:
+        if replicas <= 0:
+            return 0.0
+        speedup = job.table.get(nodes, replicas, job.cap) / job.weight
+        if moved and job.prev is not None:
+            age, delay = max(job.info.age_s, 0.0), max(job.info.restart_cost_s, 0.0)
+            speedup *= max(age - job.info.restarts * delay, 0.0) / max(age + delay, 1e-9)
+        return _RUNNING - 1.0 / max(speedup, 1e-9)
