@@ -432,5 +432,17 @@ async def on_delete(
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
     rt.locks.pop(f"{namespace}/{name}", None)
     rt.reconciled.pop(f"{namespace}/{name}", None)
-    if status.allocation or desired_allocation(dict(body)):
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    if status.allocation or P.ANNOTATION_ALLOCATION in annotations:
+        await round_after_delete(rt, f"{namespace}/{name}")
+
+
+async def round_after_delete(rt: Runtime, key: str) -> None:
+    """A round now, so a deleted job's GPUs go to the others at once. A failure here must not
+    hold up the deletion (kopf would retry the handler, and keep the finalizer until it
+    succeeds): the round is left to the next tick instead."""
+    try:
         await run_round(rt, force=True)
+    except Exception:
+        log.exception("the round after deleting %s failed; it runs again at the next tick", key)
+        rt.rounds.due = True

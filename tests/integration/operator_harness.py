@@ -50,6 +50,7 @@ class ScriptedPolicy:
         self.calls = 0
         self.delay = 0.0
         self.seen: set[str] = set()
+        self.rounds: list[set[str]] = []  # the jobs of each call
         self.busy = threading.Event()
 
     def optimize(
@@ -60,6 +61,7 @@ class ScriptedPolicy:
     ) -> Allocation:
         self.calls += 1
         self.seen |= {j.name for j in jobs}
+        self.rounds.append({j.name for j in jobs})
         if self.delay:
             self.busy.set()
             try:

@@ -465,6 +465,8 @@ async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
         )
     pods = await eventually(lambda: pods_of(k8s, "queued"), what="the queued job's pods")
     assert set(pods) == {"queued-g1-0"} and policy.calls > calls
+    if how == "is deleted":  # the round ran while it was still there, finalizer and all
+        assert KEY not in policy.rounds[-1]
 
 
 async def test_a_job_submitted_suspended_forces_no_round(

@@ -19,15 +19,13 @@ from adl.sched.placement import Cluster
 from adl.sched.policy import AdlPolicy, _Job
 from adl.sched.types import JobInfo
 
-#: value of running at all, above any ``1 / speedup`` a running job can have
+#: value of running at all; ``1 / speedup`` is capped below it, so a running job always counts
+#: (values stay near 1e3, where the optimizer's relative tolerances are still fine)
 _RUNNING = 1e3
 
 
 class PolluxObjectivePolicy(AdlPolicy):
     """Maximize the p = -1 power mean of fair-share speedups, restart-discounted."""
-
-    def __init__(self, seed: int = 0) -> None:
-        super().__init__(seed=seed)
 
     def _prepare(
         self,
@@ -36,11 +34,13 @@ class PolluxObjectivePolicy(AdlPolicy):
         previous: Mapping[str, Sequence[str]],
     ) -> list[_Job]:
         out = super()._prepare(jobs, cluster, previous)
-        # a job's yardstick: its speedup on an equal share of the cluster (at least one GPU)
-        fair = max(sum(cluster.capacity) // max(len(out), 1), 1)
-        per_node = max(cluster.max_gpus, 1)
+        # a job's yardstick: its speedup on an equal share of the cluster's GPUs (at least one
+        # replica), packed
+        fair_gpus = sum(cluster.capacity) // max(len(out), 1)
         for job in out:
-            share = min(fair, max(job.cap, 1))
+            gpr = max(job.info.gpus_per_replica, 1)
+            per_node = max(cluster.max_gpus // gpr, 1)
+            share = min(max(fair_gpus // gpr, 1), max(job.cap, 1))
             job.weight = max(job.table.get(-(-share // per_node), share, job.cap), 1e-9)
         return out
 
@@ -51,4 +51,4 @@ class PolluxObjectivePolicy(AdlPolicy):
         if moved and job.prev is not None:
             age, delay = max(job.info.age_s, 0.0), max(job.info.restart_cost_s, 0.0)
             speedup *= max(age - job.info.restarts * delay, 0.0) / max(age + delay, 1e-9)
-        return _RUNNING - 1.0 / max(speedup, 1e-9)
+        return _RUNNING - min(1.0 / max(speedup, 1e-9), _RUNNING - 1.0)

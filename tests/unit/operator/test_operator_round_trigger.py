@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from adl.operator import handlers
-from adl.operator.handlers import Runtime, run_round
+from adl.operator.handlers import Runtime, round_after_delete, run_round
 from adl.operator.store import KubeStore
 from adl.sched.types import Allocation, JobInfo, NodeInfo
 
@@ -63,3 +63,18 @@ async def test_an_unforced_call_during_a_round_asks_for_nothing(runtime: Runtime
     async with runtime.round_lock:
         assert not await run_round(runtime)
     assert not await run_round(runtime)
+
+
+class BrokenCluster(EmptyCluster):
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        raise ConnectionError("API server unreachable")
+
+
+async def test_a_failed_round_after_a_deletion_does_not_fail_the_deletion(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime.store = cast(KubeStore, BrokenCluster())
+    await round_after_delete(runtime, "ns/gone")  # does not raise: the finalizer can go
+    assert runtime.rounds.due and "ns/gone" in caplog.text
+    runtime.store = cast(KubeStore, EmptyCluster())
+    assert await run_round(runtime)  # the next tick runs it, although the interval has not passed

@@ -3,7 +3,7 @@ re-allocation discount that keeps a job that restarted often where it is."""
 
 from dataclasses import replace
 
-from test_policy import amdahl, counts, job, nodes_of, random_jobs
+from policy_kit import amdahl, counts, job, nodes_of, random_jobs
 
 from adl.sched.baselines import PolluxObjectivePolicy
 from adl.sched.placement import validate_allocation
@@ -42,6 +42,23 @@ def test_a_job_that_restarted_often_for_its_age_is_not_moved() -> None:
     assert counts(PolluxObjectivePolicy().optimize([fresh], nodes, {"fresh": ["n0"]})) == {
         "fresh": 2
     }
+
+
+def test_speedups_are_measured_against_each_jobs_fair_share() -> None:
+    """Two jobs, 4 GPUs, fair share 2 each. Relative to it, 3 + 1 costs the saturating job
+    less (1.25x from 2 GPUs to 1) than it gains the linear one; in raw speedups, 2 + 2 wins."""
+    jobs = [job("linear", 0, speedup=amdahl(0.0)), job("saturating", 1, speedup=amdahl(0.6))]
+    got = PolluxObjectivePolicy().optimize(jobs, [NodeInfo("n0", 4)], {})
+    assert counts(got) == {"linear": 3, "saturating": 1}
+
+
+def test_a_job_whose_next_restart_is_worth_nothing_still_runs() -> None:
+    """10 restarts of 30 s at age 300 s: one more leaves nothing of its speedup, but when its
+    old slots are gone, running somewhere still beats idle GPUs."""
+    churned = job("churned", 0, age_s=300.0, restarts=10, restart_cost_s=30.0)
+    nodes = [NodeInfo("n0", 2), NodeInfo("n1", 4)]
+    got = PolluxObjectivePolicy().optimize([churned], nodes, {"churned": ["n0"] * 4})
+    assert counts(got)["churned"] > 0
 
 
 def test_remaining_work_is_not_used() -> None:
