@@ -81,8 +81,16 @@ class SpeedupCache:
 
 
 def participates(spec: AdaptiveJobSpec, status: AdaptiveJobStatus) -> bool:
-    """Finished and suspended jobs hold no GPUs and are not offered any."""
-    return not (spec.suspend or status.phase.sits_out_rounds)
+    """Finished and suspended jobs hold no GPUs and are not offered any. A job resumed but
+    still marked Suspended takes part: its next group starts on this round's answer."""
+    if spec.suspend:
+        return False
+    return status.phase == Phase.SUSPENDED or not status.phase.sits_out_rounds
+
+
+def resuming(spec: AdaptiveJobSpec, status: AdaptiveJobStatus) -> bool:
+    """spec.suspend was cleared and the job has not started again yet."""
+    return not spec.suspend and status.phase == Phase.SUSPENDED
 
 
 def job_info(
@@ -149,7 +157,11 @@ def _without(nodes: Sequence[NodeInfo], held: Sequence[str]) -> list[NodeInfo]:
 
 
 def _current(record: JobRecord) -> list[str]:
-    """What the job holds now: the desired allocation if one was set, else the running one."""
+    """What the job holds now: the desired allocation if one was set, else the running one;
+    nothing while it is resuming (the answer it had before its suspension is not a placement:
+    others may hold those GPUs now)."""
+    if resuming(record.spec, record.status):
+        return []
     return list(record.desired if record.desired is not None else record.status.allocation)
 
 
@@ -178,10 +190,11 @@ def plan_round(
     allocation = {
         r.key: previous[r.key] if r.key in pinned else list(raw.get(r.key, [])) for r in live
     }
-    # a job no round has answered yet gets its answer recorded even when it is nothing: the
-    # operator runs a round at once for a job without one, and should do so only once
-    unanswered = {r.key for r in live if r.desired is None}
-    changed = {k: v for k, v in allocation.items() if v != previous[k] or k in unanswered}
+    # against what is recorded: a job no round has answered yet (None) gets its answer recorded
+    # even when it is nothing (the operator runs a round at once for a job without one, and
+    # should do so only once), and a resuming job's old answer is replaced
+    recorded = {r.key: r.desired for r in live}
+    changed = {k: v for k, v in allocation.items() if v != recorded[k]}
     # finished / suspended jobs that still have a desired allocation give it back
     for r in ordered:
         if r.key not in allocation and r.desired:

@@ -373,14 +373,13 @@ async def on_job_event(
     if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
         return
     rt: Runtime = memo.runtime
-    status = body.get("status") or {}
+    phase = (body.get("status") or {}).get("phase")
     suspended = bool((body.get("spec") or {}).get("suspend"))
-    if (
-        desired_allocation(dict(body)) is None
-        and not suspended
-        and status.get("phase") not in ("Succeeded", "Failed")
-    ):
-        await run_round(rt, force=True)  # a new job should not wait a whole round interval
+    new = desired_allocation(dict(body)) is None and phase not in ("Succeeded", "Failed")
+    if not suspended and (new or phase == Phase.SUSPENDED.value):
+        # a new or resumed job should not wait a whole round interval; the round comes first,
+        # so that its next group starts on a fresh answer
+        await run_round(rt, force=True)
     await reconcile_job(rt, namespace, name)
 
 

@@ -469,6 +469,26 @@ async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
         assert KEY not in policy.rounds[-1]
 
 
+async def test_a_resumed_job_is_answered_at_once(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resuming runs a round before the job's next group: it need not wait for the round
+    interval (an hour here), and it starts on that round's answer."""
+    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body())
+    await run_group(k8s, {"train-g1-0"})
+    policy.answer = {}
+    await set_suspend("train", True)
+    await eventually(lambda: status(k8s).get("phase") == "Suspended", what="Suspended")
+    await eventually(lambda: allocation_annotation(k8s, "train") == "[]", what="GPUs given back")
+    await eventually(lambda: not alive(k8s), what="workers stopped")
+    policy.answer = {KEY: ["node-b"]}
+    await set_suspend("train", False)
+    await run_group(k8s, {"train-g2-0"})  # with [] recorded, only a round can start it
+    assert allocation_annotation(k8s, "train") == '["node-b"]'
+
+
 async def test_a_job_submitted_suspended_forces_no_round(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

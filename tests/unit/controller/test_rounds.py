@@ -194,6 +194,20 @@ def test_a_new_job_left_waiting_has_that_answer_recorded_once() -> None:
     assert again.changed == {}
 
 
+def test_a_resumed_job_takes_part_holding_nothing() -> None:
+    """spec.suspend cleared, phase still Suspended: its next group will start on this round's
+    answer, not on the one it had before (another job holds that GPU now)."""
+    policy = FakePolicy()
+    holder = record("holder", age_s=20, phase=Phase.RUNNING, allocation=["n0"], desired=["n0"])
+    back = record("back", age_s=10, phase=Phase.SUSPENDED, desired=["n0"])
+    still = record("still", age_s=5, phase=Phase.SUSPENDED, spec={"suspend": True})
+    result = plan_round(policy, [holder, back, still], [NodeInfo("n0", 1)], NOW)
+    ((infos, _nodes, previous),) = policy.calls
+    assert [i.name for i in infos] == ["ns/holder", "ns/back"]
+    assert previous == {"ns/holder": ["n0"], "ns/back": []}
+    assert result.changed == {"ns/back": []}
+
+
 def test_previous_falls_back_to_running_allocation() -> None:
     policy = FakePolicy()
     plan_round(policy, [record("a", phase=Phase.RUNNING, allocation=["n1"])], [], NOW)
