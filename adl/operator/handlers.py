@@ -433,15 +433,22 @@ async def on_delete(
     rt.reconciled.pop(f"{namespace}/{name}", None)
     annotations = body.get("metadata", {}).get("annotations") or {}
     if status.allocation or P.ANNOTATION_ALLOCATION in annotations:
-        await round_after_delete(rt, f"{namespace}/{name}")
+        await round_soon(rt, f"deleting {namespace}/{name}")
 
 
-async def round_after_delete(rt: Runtime, key: str) -> None:
-    """A round now, so a deleted job's GPUs go to the others at once. A failure here must not
-    hold up the deletion (kopf would retry the handler, and keep the finalizer until it
-    succeeds): the round is left to the next tick instead."""
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def on_spec_change(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """New bounds, weight or priority may change the best allocation (a waiting job may fit
+    now, a running one may grow): a round now rather than at the next interval."""
+    await round_soon(memo.runtime, f"the spec change of {namespace}/{name}")
+
+
+async def round_soon(rt: Runtime, after: str) -> None:
+    """A forced round from a kopf handler. A failure must not fail the handler (kopf would
+    retry it, and a deletion would keep its finalizer until it succeeds): the round is left to
+    the next tick instead."""
     try:
         await run_round(rt, force=True)
     except Exception:
-        log.exception("the round after deleting %s failed; it runs again at the next tick", key)
+        log.exception("the round after %s failed; it runs again at the next tick", after)
         rt.rounds.due = True

@@ -489,6 +489,28 @@ async def test_a_resumed_job_is_answered_at_once(
     assert allocation_annotation(k8s, "train") == '["node-b"]'
 
 
+async def test_a_spec_change_runs_a_round_at_once(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiting job's new bounds may let it in: the round need not wait for the interval
+    (an hour here)."""
+    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
+    await queue_behind_a_running_job(k8s, policy)
+    policy.answer = {KEY: ["node-a"], f"{NS}/queued": ["node-b"]}
+    await asyncio.to_thread(
+        custom().patch_namespaced_custom_object,
+        "adl.dev",
+        "v1",
+        NS,
+        "adaptivejobs",
+        "queued",
+        {"spec": {"maxReplicas": 2}},
+        _content_type=MERGE,
+    )
+    pods = await eventually(lambda: pods_of(k8s, "queued"), what="the queued job's pods")
+    assert set(pods) == {"queued-g1-0"}
+
+
 async def test_a_job_submitted_suspended_forces_no_round(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from adl.operator import handlers
-from adl.operator.handlers import Runtime, round_after_delete, run_round
+from adl.operator.handlers import Runtime, round_soon, run_round
 from adl.operator.store import KubeStore
 from adl.sched.types import Allocation, JobInfo, NodeInfo
 
@@ -74,7 +74,7 @@ async def test_a_failed_round_after_a_deletion_does_not_fail_the_deletion(
     runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
     runtime.store = cast(KubeStore, BrokenCluster())
-    await round_after_delete(runtime, "ns/gone")  # does not raise: the finalizer can go
+    await round_soon(runtime, "deleting ns/gone")  # does not raise: the finalizer can go
     assert runtime.rounds.due and "ns/gone" in caplog.text
     runtime.store = cast(KubeStore, EmptyCluster())
     assert await run_round(runtime)  # the next tick runs it, although the interval has not passed
