@@ -83,9 +83,7 @@ class SpeedupCache:
 def participates(spec: AdaptiveJobSpec, status: AdaptiveJobStatus) -> bool:
     """Finished and suspended jobs hold no GPUs and are not offered any. A job resumed but
     still marked Suspended takes part: its next group starts on this round's answer."""
-    if spec.suspend:
-        return False
-    return status.phase == Phase.SUSPENDED or not status.phase.sits_out_rounds
+    return not (spec.suspend or status.phase.finished)
 
 
 def resuming(spec: AdaptiveJobSpec, status: AdaptiveJobStatus) -> bool:

@@ -415,7 +415,7 @@ def allocation_annotation(k8s: Any, name: str) -> str | None:
     return annotations.get("adl.dev/allocation")
 
 
-async def set_suspend(name: str, value: bool) -> None:
+async def patch_spec(name: str, **spec: Any) -> None:
     await asyncio.to_thread(
         custom().patch_namespaced_custom_object,
         "adl.dev",
@@ -423,9 +423,13 @@ async def set_suspend(name: str, value: bool) -> None:
         NS,
         "adaptivejobs",
         name,
-        {"spec": {"suspend": value}},
+        {"spec": spec},
         _content_type=MERGE,
     )
+
+
+async def set_suspend(name: str, value: bool) -> None:
+    await patch_spec(name, suspend=value)
 
 
 async def queue_behind_a_running_job(k8s: Any, policy: ScriptedPolicy) -> None:
@@ -497,16 +501,7 @@ async def test_a_spec_change_runs_a_round_at_once(
     monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
     await queue_behind_a_running_job(k8s, policy)
     policy.answer = {KEY: ["node-a"], f"{NS}/queued": ["node-b"]}
-    await asyncio.to_thread(
-        custom().patch_namespaced_custom_object,
-        "adl.dev",
-        "v1",
-        NS,
-        "adaptivejobs",
-        "queued",
-        {"spec": {"maxReplicas": 2}},
-        _content_type=MERGE,
-    )
+    await patch_spec("queued", maxReplicas=2)
     pods = await eventually(lambda: pods_of(k8s, "queued"), what="the queued job's pods")
     assert set(pods) == {"queued-g1-0"}
 
