@@ -332,6 +332,41 @@ def test_exact_counts_beat_the_greedy_on_a_knapsack() -> None:
     assert counts(AdlPolicy(seed=0).optimize(jobs, nodes, {})) == {"a": 3, "b": 1}
 
 
+def test_exact_counts_cover_jobs_with_several_gpus_per_replica() -> None:
+    # One node of 4 GPUs. A needs 2 GPUs per replica and is worth 3.9 on two replicas (all four
+    # GPUs), 1.0 on one; B is worth 2.8 on two GPUs. Per GPU B comes first (1.4), so the greedy
+    # gives B two GPUs and A the other two (2.8 + 1.0); A alone on all four is worth 3.9.
+    jobs = [
+        job("a", 0, speedup=table_speedup({1: 1.0, 2: 3.9}), max_replicas=2, gpus_per_replica=2),
+        job("b", 1, speedup=table_speedup({1: 1.0, 2: 2.8}), max_replicas=2),
+    ]
+    nodes = nodes_of(1)
+    assert counts(AdlPolicy(seed=0, dp=0).optimize(jobs, nodes, {})) == {"a": 1, "b": 2}
+    alloc = AdlPolicy(seed=0).optimize(jobs, nodes, {})
+    assert counts(alloc) == {"a": 2, "b": 0}
+    assert validate_allocation(alloc, nodes, {"a": 2, "b": 1}) == []
+
+
+def test_exact_counts_never_place_a_job_below_its_minimum() -> None:
+    # Three nodes of 4 GPUs; a job that may not be preempted holds one GPU on each (and so owns
+    # their network). Nine GPUs are free, so the knapsack counts A in at 4 replicas x 2 GPUs,
+    # which cannot be placed: spread over nodes it would share them with another distributed
+    # job. One replica would fit on one node, but A may not run below its minimum of four.
+    held = job("held", 0, max_replicas=3, preemptible=False)
+    a = job(
+        "a",
+        1,
+        speedup=table_speedup({1: 1.0, 4: 9.0}),
+        min_replicas=4,
+        max_replicas=4,
+        gpus_per_replica=2,
+    )
+    nodes = nodes_of(3)
+    alloc = AdlPolicy(seed=0).optimize([held, a], nodes, {"held": ["n0", "n1", "n2"]})
+    assert alloc["a"] == []
+    assert counts(alloc) == {"held": 3, "a": 0}
+
+
 def test_exact_counts_never_lower_the_objective_and_often_raise_it() -> None:
     nodes = nodes_of(6)
     gains = []
