@@ -117,8 +117,12 @@ class AdaptiveJobSpec(_Model):
     max_replicas: int = Field(default=16, ge=1, le=4096)
     gpus_per_replica: int = Field(default=1, ge=0, le=16)
     preemptible: bool = True
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    weight: float = Field(default=1.0, gt=0, le=1000)
+    priority: int = Field(
+        default=0, ge=-1000, le=1000, description="strict tiers: higher ones get GPUs first"
+    )
+    weight: float = Field(
+        default=1.0, gt=0, le=1000, description="value of the job's speedup within its tier"
+    )
     suspend: bool = False
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(default=3, ge=0, le=1000, description="failure budget")

@@ -68,6 +68,8 @@ def spec_from_command(
     storage_class: str | None = None,
     claim: str | None = None,
     checkpoint_size: str | None = None,
+    priority: int | None = None,
+    weight: float | None = None,
 ) -> AdaptiveJobSpec:
     """An AdaptiveJob spec running ``command``: on this machine, or in ``image`` on a cluster."""
     env_list = []
@@ -92,6 +94,10 @@ def spec_from_command(
         body["maxRestarts"] = max_restarts
     if gpus_per_replica is not None:
         body["gpusPerReplica"] = gpus_per_replica
+    if priority is not None:
+        body["priority"] = priority
+    if weight is not None:
+        body["weight"] = weight
     checkpoint = {
         k: v
         for k, v in (
@@ -253,6 +259,14 @@ def register(app: typer.Typer) -> None:
         checkpoint_size: Annotated[
             str | None, typer.Option("--checkpoint-size", help="size of a made claim (10Gi)")
         ] = None,
+        priority: Annotated[
+            int | None,
+            typer.Option("--priority", help="higher tiers get GPUs first (-1000..1000, default 0)"),
+        ] = None,
+        weight: Annotated[
+            float | None,
+            typer.Option("--weight", help="importance within a tier (default 1)"),
+        ] = None,
         backend: BackendOpt = None,
     ) -> None:
         """Submit a job: adl submit NAME -- python train.py, or adl submit -f job.yaml."""
@@ -280,6 +294,8 @@ def register(app: typer.Typer) -> None:
                     storage_class=storage_class,
                     claim=claim,
                     checkpoint_size=checkpoint_size,
+                    priority=priority,
+                    weight=weight,
                 )
             if not name:
                 raise ValueError("the job needs a name")

@@ -114,6 +114,7 @@ def job_info(
         preemptible=spec.preemptible,
         gpus_per_replica=spec.gpus_per_replica,
         submit_order=order,
+        priority=spec.priority,
     )
 
 

@@ -38,6 +38,7 @@ objective is higher: value per GPU is a poor guide when a job's speedup jumps at
 whole node, a batch size that fits), which is where the greedy gives two jobs a bit each
 instead of one job the count that pays (on generated workloads: 3.7% lower mean JCT and a sixth
 fewer restarts).
+Job priorities are strict tiers: each is solved as above on what the tiers above it left.
 Everything is deterministic: ties break on submission order, then name.
 """
 
@@ -146,7 +147,7 @@ class AdlPolicy:
         per_node = max(node_gpus // max(job.gpus_per_replica, 1), 1)
         profiled = job.max_profiled_replicas if self.knobs.optimistic > 0 else 0
         key = (id(fn), per_node, profiled, cap)
-        entry = self._tables.get(key)
+        entry = self._next_tables.get(key) or self._tables.get(key)
         if entry is None or entry[0] is not fn:
             entry = (fn, SpeedupTable(fn, per_node, profiled, cap))
         self._next_tables[key] = entry
@@ -257,9 +258,40 @@ class AdlPolicy:
         nodes: Sequence[NodeInfo],
         previous: Mapping[str, list[str]],
     ) -> Allocation:
+        """The allocation of this round. Priorities are strict tiers, served highest first: each
+        tier is solved on what the tiers above left, their placements held fixed (as are those
+        of lower-tier jobs that may not be preempted, wherever they still fit)."""
         self._next_tables = {}
+        try:
+            tiers = sorted({job.priority for job in jobs}, reverse=True)
+            if len(tiers) <= 1:
+                return self._optimize_tier(jobs, nodes, previous)
+            answer: Allocation = {}
+            for tier in tiers:
+                held = [
+                    replace(job, preemptible=False)
+                    for job in jobs
+                    if (job.priority > tier and answer.get(job.name))
+                    or (job.priority < tier and not job.preemptible and previous.get(job.name))
+                ]
+                members = [job for job in jobs if job.priority == tier]
+                prev = {job.name: list(previous.get(job.name) or []) for job in members}
+                for job in held:
+                    prev[job.name] = answer.get(job.name) or list(previous[job.name])
+                alloc = self._optimize_tier([*members, *held], nodes, prev)
+                answer.update({job.name: alloc.get(job.name, []) for job in members})
+            return answer
+        finally:
+            self._tables, self._next_tables = self._next_tables, {}
+
+    def _optimize_tier(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous: Mapping[str, list[str]],
+    ) -> Allocation:
+        """One objective over ``jobs``: greedy, local search, exact counts."""
         prepared = self._prepare(jobs, Cluster(nodes), previous)
-        self._tables, self._next_tables = self._next_tables, {}
         total, work, cluster = self._solve(prepared, nodes, frozenset())
         # Local search: the greedy hands GPUs out one job at a time, so a big running job that
         # lost a few GPUs to others restarts whole without that loss ever being weighed against
@@ -307,6 +339,7 @@ class AdlPolicy:
             gpr = max(job.info.gpus_per_replica, 1)
             if not job.info.preemptible and job.prev and cluster.fits(job.prev, gpr):
                 self._commit(job, job.prev, cluster)
+        kept = [job.replicas > 0 for job in work]  # they stay as they are, as in the greedy
         free = cluster.total_free
         open_jobs = [i for i, j in enumerate(work) if j.replicas == 0]
         if free <= 0 or len(open_jobs) * (free + 1) > self.knobs.dp_max_cells:
@@ -365,7 +398,7 @@ class AdlPolicy:
                 if placed is not None:
                     self._commit(job, placed, cluster)
                     break
-        self._fill(work, cluster, [False] * len(work))
+        self._fill(work, cluster, kept)
         return sum(job.utility for job in work), work, cluster
 
     def objective(
@@ -407,11 +440,11 @@ class AdlPolicy:
         """The lazy marginal-gain greedy over prepared, unassigned jobs (assigned in place);
         ``pinned`` jobs keep last round's placement."""
         cluster = Cluster(nodes)
-        # Jobs that may not be preempted (and pinned ones) keep what they have.
-        for job in work:
+        # Jobs that may not be preempted keep what they have; then pinned ones, where it is free.
+        first = [job for job in work if not job.info.preemptible]
+        for job in [*first, *(j for j in work if j.info.preemptible and j.info.name in pinned)]:
             gpr = max(job.info.gpus_per_replica, 1)
-            keep = not job.info.preemptible or job.info.name in pinned
-            if keep and job.prev and cluster.fits(job.prev, gpr):
+            if job.prev and cluster.fits(job.prev, gpr):
                 self._commit(job, job.prev, cluster)
         self._fill(work, cluster, [job.replicas > 0 for job in work])
         return sum(job.utility for job in work), work, cluster

@@ -54,6 +54,7 @@ class JobInfo:
     preemptible: bool = True
     gpus_per_replica: int = 1
     submit_order: int = 0  # tie-breaker: earlier submissions first
+    priority: int = 0  # strict tiers: higher-priority jobs are served first
 
 
 class Policy(Protocol):

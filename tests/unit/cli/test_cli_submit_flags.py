@@ -43,3 +43,13 @@ def test_claim_and_storage_class_together_are_refused() -> None:
 def test_bad_env_is_refused() -> None:
     with pytest.raises(ValueError, match="NAME=VALUE"):
         _spec(env=["NOEQUALS"])
+
+
+def test_priority_and_weight_reach_the_spec_and_are_bounded() -> None:
+    spec = _spec(priority=10, weight=2.5)
+    assert (spec.priority, spec.weight) == (10, 2.5)
+    assert (_spec().priority, _spec().weight) == (0, 1.0)
+    with pytest.raises(ValueError, match="priority"):
+        _spec(priority=5000)
+    with pytest.raises(ValueError, match="weight"):
+        _spec(weight=0)

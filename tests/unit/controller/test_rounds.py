@@ -99,7 +99,13 @@ def test_job_info_from_spec_status_and_hints() -> None:
         "a",
         age_s=90,
         phase=Phase.RUNNING,
-        spec={"min_replicas": 1, "max_replicas": 4, "weight": 2.0, "preemptible": False},
+        spec={
+            "min_replicas": 1,
+            "max_replicas": 4,
+            "weight": 2.0,
+            "preemptible": False,
+            "priority": 7,
+        },
         hints=HINTS,
         attained_service_s=50.0,
         restarts={RestartCause.RESIZE: 2, RestartCause.FAILURE: 1},
@@ -109,7 +115,7 @@ def test_job_info_from_spec_status_and_hints() -> None:
     assert (info.min_replicas, info.max_replicas, info.weight) == (1, 4, 2.0)
     assert info.age_s == 90 and info.restarts == 3 and info.attained_service_s == 50.0
     assert info.restart_cost_s == 12.0 and info.max_profiled_replicas == 2
-    assert info.preemptible is False
+    assert info.preemptible is False and info.priority == 7
     assert info.remaining_s is not None and info.remaining_s > 0
     assert info.speedup is not linear_speedup
     assert float(np.asarray(info.speedup(1, 1))) == pytest.approx(1.0)
@@ -253,6 +259,20 @@ def test_with_the_real_policy() -> None:
         assert alloc == [] or 1 <= len(alloc) <= 4, key
     # deterministic: the same inputs give the same answer
     assert plan_round(AdlPolicy(seed=0), jobs, nodes, NOW).allocation == (result.allocation)
+
+
+def test_a_higher_priority_job_gets_the_slots_of_a_running_one() -> None:
+    # Two slots, held by an older job; a newer one of higher priority takes them, and the
+    # older one waits (it would keep them were the priorities equal).
+    old = record("old", age_s=600, phase=Phase.RUNNING, desired=["n0", "n0"], hints=HINTS)
+    new = record("new", age_s=10, spec={"max_replicas": 2, "priority": 1}, hints=HINTS)
+    nodes = [NodeInfo("n0", 2)]
+    assert plan_round(AdlPolicy(), [old, new], nodes, NOW).allocation == {
+        "ns/old": [],
+        "ns/new": ["n0", "n0"],
+    }
+    same = record("new", age_s=10, spec={"max_replicas": 2}, hints=HINTS)
+    assert plan_round(AdlPolicy(), [old, same], nodes, NOW).allocation["ns/new"] == []
 
 
 def test_speedup_cache_reuses_functions_while_the_model_is_unchanged() -> None:

@@ -207,6 +207,50 @@ def test_non_preemptible_job_keeps_its_gpus():
     assert counts(alloc) == {"pinned": 1, "urgent": 0}
 
 
+# --------------------------------------------------------------------------- priority tiers
+
+
+def test_a_higher_priority_job_takes_gpus_first_and_a_lower_tier_gets_what_is_left():
+    # The short job is worth far more to the mean JCT and already runs on all four GPUs; in one
+    # tier it keeps them. One tier up, the long job takes what it can use (at most 3) and the
+    # short job keeps the rest.
+    nodes, prev = nodes_of(1), {"short": ["n0"] * 4}
+    short = job("short", 0, remaining_s=600.0, max_replicas=4)
+    long = job("long", 1, remaining_s=1e6, max_replicas=3)
+    assert counts(AdlPolicy().optimize([short, long], nodes, prev)) == {"short": 4, "long": 0}
+    raised = replace(long, priority=10)
+    assert counts(AdlPolicy().optimize([short, raised], nodes, prev)) == {"short": 1, "long": 3}
+    lowered = replace(short, priority=-10)  # the same tiers, told the other way
+    assert counts(AdlPolicy().optimize([lowered, long], nodes, prev)) == {"short": 1, "long": 3}
+
+
+def test_a_lower_tier_job_that_may_not_be_preempted_keeps_its_gpus():
+    nodes, prev = nodes_of(1), {"pinned": ["n0"] * 2}
+    pinned = job("pinned", 0, remaining_s=1e6, max_replicas=2, preemptible=False)
+    urgent = job("urgent", 1, remaining_s=3600.0, max_replicas=4, priority=5)
+    assert counts(AdlPolicy().optimize([pinned, urgent], nodes, prev)) == {"pinned": 2, "urgent": 2}
+
+
+def test_tiers_keep_the_placement_rules_across_tiers():
+    # Random jobs in three tiers: every answer is valid (no node over-full, no node shared by two
+    # distributed jobs), and no job of a lower tier holds GPUs while a higher-tier job that could
+    # use more is below its cap and left waiting.
+    nodes = nodes_of(6)
+    for seed in range(6):
+        jobs = [replace(j, priority=i % 3) for i, j in enumerate(random_jobs(seed, 18))]
+        previous = AdlPolicy(seed=0).optimize(jobs[:10], nodes, {})
+        alloc = AdlPolicy(seed=0).optimize(jobs, nodes, previous)
+        assert validate_allocation(alloc, nodes) == []
+        lowest_served = min((j.priority for j in jobs if alloc.get(j.name)), default=0)
+        top = [j for j in jobs if j.priority == 2]
+        if lowest_served < 2:
+            # a lower tier got GPUs, so the top tier took all it would
+            alone = AdlPolicy(seed=0).optimize(
+                top, nodes, {j.name: previous.get(j.name, []) for j in top}
+            )
+            assert counts({j.name: alloc[j.name] for j in top}) == counts(alone)
+
+
 # --------------------------------------------------------------------------- placement helper
 
 
