@@ -13,10 +13,12 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from adl.cli.backend import Backend, BackendError, JobView
 from adl.models import AdaptiveJobSpec, Phase, RestartCause
+from adl.operator.crd import API_VERSION
 
 BackendOpt = Annotated[
     str | None,
@@ -32,7 +34,7 @@ _err = Console(stderr=True)
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print one error line and return the exit to raise."""
-    _err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, markup=True)
     return typer.Exit(code)
 
 
@@ -117,7 +119,8 @@ def manifest(path: Path) -> tuple[str | None, str | None, AdaptiveJobSpec]:
     import yaml
 
     try:
-        doc = yaml.safe_load(path.read_text())
+        with open(path, encoding="utf-8") as fh:  # a file object: errors name the file
+            doc = yaml.safe_load(fh)
     except OSError as err:
         raise ValueError(f"cannot read {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
@@ -126,6 +129,8 @@ def manifest(path: Path) -> tuple[str | None, str | None, AdaptiveJobSpec]:
         raise ValueError(f"{path}: expected an AdaptiveJob manifest with a 'spec'")
     if doc.get("kind", "AdaptiveJob") != "AdaptiveJob":
         raise ValueError(f"{path}: kind must be AdaptiveJob, got {doc.get('kind')!r}")
+    if doc.get("apiVersion", API_VERSION) != API_VERSION:
+        raise ValueError(f"{path}: apiVersion must be {API_VERSION}, got {doc.get('apiVersion')!r}")
     meta = doc.get("metadata") or {}
     return meta.get("name"), meta.get("namespace"), AdaptiveJobSpec.model_validate(doc["spec"])
 
@@ -238,11 +243,17 @@ def register(app: typer.Typer) -> None:
         ] = None,
         file: Annotated[Path | None, typer.Option("--file", "-f", help="AdaptiveJob YAML")] = None,
         namespace: NamespaceOpt = "default",
-        min_replicas: Annotated[int, typer.Option("--min", help="fewest replicas")] = 1,
-        max_replicas: Annotated[int, typer.Option("--max", help="most replicas")] = 4,
+        min_replicas: Annotated[
+            int | None, typer.Option("--min", help="fewest replicas (default 1)")
+        ] = None,
+        max_replicas: Annotated[
+            int | None, typer.Option("--max", help="most replicas (default 4)")
+        ] = None,
         env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE")] = None,
         workdir: Annotated[str | None, typer.Option("--workdir", help="working directory")] = None,
-        max_restarts: Annotated[int | None, typer.Option("--max-restarts")] = None,
+        max_restarts: Annotated[
+            int | None, typer.Option("--max-restarts", help="failures retried (default 3)")
+        ] = None,
         image: Annotated[
             str | None, typer.Option("--image", help="container image (Kubernetes)")
         ] = None,
@@ -274,6 +285,26 @@ def register(app: typer.Typer) -> None:
             if file is not None:
                 if command:
                     raise ValueError("give either -f FILE or a command, not both")
+                flags = {
+                    "--min": min_replicas,
+                    "--max": max_replicas,
+                    "--env": env,
+                    "--workdir": workdir,
+                    "--max-restarts": max_restarts,
+                    "--image": image,
+                    "--gpus-per-replica": gpus_per_replica,
+                    "--storage-class": storage_class,
+                    "--claim": claim,
+                    "--checkpoint-size": checkpoint_size,
+                    "--priority": priority,
+                    "--weight": weight,
+                }
+                given = [flag for flag, value in flags.items() if value is not None]
+                if given:
+                    raise ValueError(
+                        f"{', '.join(given)}: set these in the manifest; with -f only the name "
+                        "and --namespace may be given"
+                    )
                 file_name, file_ns, spec = manifest(file)
                 name = name or file_name
                 if file_ns and namespace == "default":
@@ -283,8 +314,8 @@ def register(app: typer.Typer) -> None:
                     raise ValueError("nothing to run: give a command after -- or -f FILE")
                 spec = spec_from_command(
                     command,
-                    min_replicas=min_replicas,
-                    max_replicas=max_replicas,
+                    min_replicas=1 if min_replicas is None else min_replicas,
+                    max_replicas=4 if max_replicas is None else max_replicas,
                     env=env or [],
                     # A container has its own file system: only a local job defaults to here.
                     workdir=workdir if image else str(Path(workdir or ".").resolve()),

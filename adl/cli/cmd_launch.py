@@ -10,6 +10,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command(
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        options_metavar="[OPTIONS] -- COMMAND [ARGS]...",
     )
     def launch(
         ctx: typer.Context,

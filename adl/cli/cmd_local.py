@@ -22,9 +22,11 @@ def register(app: typer.Typer) -> None:
     def up(
         home: HomeOpt = None,
         slots: Annotated[
-            int | None, typer.Option(help="CPU slots when there is no GPU (default 4)")
+            int | None, typer.Option(min=1, help="CPU slots when there is no GPU (default 4)")
         ] = None,
-        round_s: Annotated[float | None, typer.Option(help="scheduling period, seconds")] = None,
+        round_s: Annotated[
+            float | None, typer.Option(min=0.1, help="scheduling period, seconds (default 5)")
+        ] = None,
         foreground: Annotated[bool, typer.Option(help="run in this terminal")] = False,
         prewarm: Annotated[
             bool, typer.Option(help="keep a warm shim (torch imported) for each resize")
@@ -54,8 +56,18 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(daemon.main(args + extra))
         if daemon_pid(where):
             typer.echo(f"adl daemon already running (pid {daemon_pid(where)}) for {where}")
-            if knobs:
-                typer.echo("policy knobs apply from the next start: adl local down, then up")
+            given = [
+                flag
+                for flag, value in (
+                    ("--slots", slots),
+                    ("--round-s", round_s),
+                    ("--policy-knob", knobs),
+                    ("--no-prewarm", not prewarm),
+                )
+                if value
+            ]
+            if given:
+                typer.echo(f"{', '.join(given)} apply from the next start: adl local down, then up")
             return
         try:
             pid = start_daemon(where, slots=slots, round_s=round_s, extra_args=extra)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from adl.cli.options import PolicyKnobOpt
@@ -26,7 +27,7 @@ _err = Console(stderr=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, markup=True)
     return typer.Exit(2)
 
 
@@ -183,6 +184,13 @@ def register(app: typer.Typer) -> None:
             apps = load_traces(traces_dir)
         except (FileNotFoundError, ValueError) as err:
             raise _fail(str(err)) from None
+        if plot is not None:
+            from adl.sched.sim.plot import check_plot_path
+
+            try:
+                check_plot_path(plot)
+            except ValueError as err:
+                raise _fail(str(err)) from None
         if hide_remaining and uses_oracle(policy):
             _err.print("note: optimus is an oracle baseline; --hide-remaining does not apply")
 
@@ -196,7 +204,8 @@ def register(app: typer.Typer) -> None:
             try:
                 result = replay(path, policy, seed, apps, config, _err, knobs)
             except (KeyError, ValueError) as err:
-                raise _fail(f"{path}: {err}") from None
+                text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+                raise _fail(text if text.startswith(str(path)) else f"{path}: {text}") from None
             wall = time.perf_counter() - t0
             summary = summarize(result)
             summary["wall_s"] = round(wall, 3)

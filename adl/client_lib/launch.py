@@ -158,7 +158,12 @@ class Launcher:
             sig: signal.signal(sig, self._forward) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
-            self.start()
+            try:
+                self.start()
+            except OSError as err:  # not found / not executable: the shell's 127 / 126
+                reason = err.strerror or str(err)
+                print(f"error: cannot start {self.cmd[0]!r}: {reason}", file=sys.stderr)
+                return 126 if isinstance(err, PermissionError) else 127
             return self.wait()
         finally:
             for sig, handler in previous.items():

@@ -185,7 +185,17 @@ class LocalBackend:
             self.store.job(key)
         except JobNotFound:
             raise BackendError(f"job {namespace}/{name} not found") from None
-        path = GroupPaths.for_job(self.home, namespace, name).log(replica or 0)
+        rank = replica or 0
+        if rank < 0:
+            raise BackendError(f"--replica must be >= 0, got {rank}")
+        paths = GroupPaths.for_job(self.home, namespace, name)
+        path = paths.log(rank)
+        if not follow and not path.exists():
+            ranks = sorted(
+                int(p.stem[1:]) for p in paths.logs.glob("r*.log") if p.stem[1:].isdigit()
+            )
+            have = f"logs of ranks {', '.join(map(str, ranks))}" if ranks else "no logs yet"
+            raise BackendError(f"no log of rank {rank} for {namespace}/{name} ({have})")
         return _tail(path, follow, lambda: self._finished(key))
 
     def _finished(self, key: str) -> bool:

@@ -33,6 +33,20 @@ def gpu_matrix(result: SimResult) -> tuple[NDArray[np.float64], list[str], NDArr
     return times, list(order), mat
 
 
+def check_plot_path(path: Path | str) -> None:
+    """Raise ``ValueError`` unless matplotlib can write this file type: checked before a long
+    replay, not after it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise ValueError(
+            f"--plot {path}: cannot write {suffix or 'a file without an extension'}; "
+            f"use one of .{', .'.join(sorted(formats))}"
+        )
+
+
 def plot_schedules(
     results: Sequence[tuple[str, SimResult]], path: Path | str, *, title: str = ""
 ) -> Path:

@@ -22,23 +22,44 @@ class WorkloadJob:
     batch_size: int
 
 
+COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+
+
 def load_workload(path: Path | str) -> list[WorkloadJob]:
-    """Parse ``name,time,application,num_replicas,batch_size``, sorted by submission time."""
+    """Parse ``name,time,application,num_replicas,batch_size``, sorted by submission time.
+
+    Raises ``ValueError`` naming the file, line and column of anything it cannot use."""
     with Path(path).open(newline="") as f:
-        jobs = [
-            WorkloadJob(
-                name=row["name"],
-                submit_time=int(float(row["time"])),
-                application=row["application"],
-                num_replicas=int(row["num_replicas"]),
-                batch_size=int(row["batch_size"]),
-            )
-            for row in csv.DictReader(f)
-        ]
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+        jobs = [_job(row, path, reader.line_num) for row in reader]
+    if not jobs:
+        raise ValueError(f"{path}: no jobs")
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise ValueError(f"{path}: duplicate job names")
     return sorted(jobs, key=lambda j: j.submit_time)  # stable: file order breaks ties
+
+
+def _job(row: dict[str, str], path: Path | str, line: int) -> WorkloadJob:
+    def number(column: str, lowest: float) -> float:
+        try:
+            value = float(row[column])
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}:{line}: {column} {row[column]!r} is not a number") from None
+        if not value >= lowest:
+            raise ValueError(f"{path}:{line}: {column} must be >= {lowest:g}, got {value:g}")
+        return value
+
+    return WorkloadJob(
+        name=row["name"],
+        submit_time=int(number("time", 0)),
+        application=row["application"],
+        num_replicas=int(number("num_replicas", 1)),
+        batch_size=int(number("batch_size", 1)),
+    )
 
 
 def workload_paths(target: Path | str) -> list[Path]:

@@ -75,6 +75,8 @@ def test_submit_ls_describe_logs_delete(adl_home: Path, daemon: int) -> None:
     assert code == 0
     assert "start group=1 rank=0 world=1 step=0" in out
     assert "done group=1 rank=0 step=6" in out
+    code, _, err = adl("logs", "counter", "-r", "5")
+    assert code == 1 and "no log of rank 5 for default/counter (logs of ranks 0)" in err
 
     code, out, _ = adl("delete", "counter")
     assert code == 0 and "deleted" in out
@@ -199,6 +201,32 @@ def test_bad_input_is_one_clear_line(adl_home: Path, args: tuple[str, ...], mess
     assert "Traceback" not in err + out
     assert len(err.strip().splitlines()) <= 3  # one message (rich may wrap it)
     assert daemon_pid(adl_home) is None  # nothing was submitted, no daemon started
+
+
+def test_manifest_mistakes_are_one_line_as_written(adl_home: Path, tmp_path: Path) -> None:
+    good = {
+        "apiVersion": "adl.dev/v1",
+        "kind": "AdaptiveJob",
+        "metadata": {"name": "m"},
+        "spec": {"template": {"spec": {"containers": [{"command": ["python", "x.py"]}]}}},
+    }
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump(good))
+    code, _, err = adl("submit", "-f", str(ok), "--min", "2", "--max", "3")
+    assert code == 2 and "--min, --max: set these in the manifest" in err
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(yaml.safe_dump({**good, "apiVersion": "foo/v9"}))
+    code, _, err = adl("submit", "-f", str(wrong))
+    assert code == 2 and "apiVersion must be adl.dev/v1, got 'foo/v9'" in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("spec: [unclosed\n  : :\n")
+    code, _, err = adl("submit", "-f", str(broken))
+    flat = " ".join(err.split())
+    assert code == 2 and "expected ',' or ']'" in flat and 'broken.yaml", line 2' in flat
+    # messages are text: brackets in them are not eaten as console markup
+    code, _, err = adl("submit", "-f", str(tmp_path / "[bold]job.yaml"))
+    assert code == 2 and "[bold]job.yaml" in err
+    assert daemon_pid(adl_home) is None
 
 
 def test_unknown_job_commands_fail_cleanly(adl_home: Path, daemon: int) -> None:

@@ -152,14 +152,24 @@ def test_baselines_are_replayed_with_fixed_rounds(tmp_path: Path) -> None:
         (["{wl}", "--policy-knob", "srpt_pwr=1"], "unknown policy knob 'srpt_pwr'"),
         (["{wl}", "--policy-knob", "ramp_factor=0.5"], "ramp_factor must be in [1, inf)"),
         (["{wl}", "-p", "fifo", "--policy-knob", "fairness=0"], "adl policy only"),
+        (["{wl}", "-p", "fifo", "--plot", "{tmp}/x.txt"], "cannot write txt"),
+        (["{tmp}/empty.csv", "-p", "fifo"], "empty.csv: no jobs"),
+        (["{tmp}/short.csv", "-p", "fifo"], "short.csv: missing column(s) batch_size"),
+        (["{tmp}/nan.csv", "-p", "fifo"], "nan.csv:2: time 'soon' is not a number"),
+        (["{tmp}/neg.csv", "-p", "fifo"], "neg.csv:2: num_replicas must be >= 1, got 0"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
     wl = small_workload(tmp_path / "small.csv")
+    head = "name,time,application,num_replicas,batch_size\n"
+    (tmp_path / "empty.csv").write_text(head)
+    (tmp_path / "short.csv").write_text("name,time,application,num_replicas\nj,0,cifar10,1\n")
+    (tmp_path / "nan.csv").write_text(head + "j,soon,cifar10,1,128\n")
+    (tmp_path / "neg.csv").write_text(head + "j,0,cifar10,0,128\n")
     argv = [a.format(wl=wl, tmp=tmp_path) for a in args]
     res = invoke(*argv)
     assert res.exit_code == 2
-    assert message in res.output
+    assert message in " ".join(res.output.split())  # rich wraps long lines
     assert "Traceback" not in res.output
 
 

@@ -133,3 +133,18 @@ def test_adl_launch_command(tmp_path: Path) -> None:
     envs = _dumped(tmp_path)
     assert [e["ADL_RANK"] for e in envs] == ["0", "1"]
     assert {e["ADL_JOB"] for e in envs} == {"ns/j"}
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "reason"),
+    [("/nonexistent/bin", 127, "No such file"), ("{tmp}/data.txt", 126, "Permission denied")],
+)
+def test_a_command_that_cannot_start_is_one_line_and_the_shells_code(
+    command: str, code: int, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "data.txt").write_text("not a program")  # not executable
+    command = command.format(tmp=tmp_path)
+    assert Launcher([command], 2).run() == code
+    err = capsys.readouterr().err
+    assert f"error: cannot start {command!r}: {reason}" in err
+    assert "Traceback" not in err
