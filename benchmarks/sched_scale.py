@@ -5,8 +5,9 @@ function is a real :class:`SpeedupFunction` (batch size re-picked per configurat
 feeds back the previous allocation (warm start), ages jobs, and replaces a fraction of the jobs'
 speedup functions with freshly fitted ones, as happens when jobs report new hints, so caches are
 only partly warm. Prints a table of p50/p95 latency per (jobs, GPUs); ``--json`` writes it too.
+``--tiers N`` spreads the jobs over N priorities (each tier is solved on what the ones above left).
 
-    .venv/bin/python benchmarks/sched_scale.py [--rounds 12] [--json out.json]
+    .venv/bin/python benchmarks/sched_scale.py [--rounds 12] [--tiers 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def random_speedup(rng: np.random.Generator) -> SpeedupFunction:
     return SpeedupFunction(GoodputFunction(perf, grad, bounds))
 
 
-def random_job(rng: np.random.Generator, i: int) -> JobInfo:
+def random_job(rng: np.random.Generator, i: int, tiers: int = 1) -> JobInfo:
     known = rng.random() < 0.8
     return JobInfo(
         name=f"job-{i}",
@@ -67,15 +68,16 @@ def random_job(rng: np.random.Generator, i: int) -> JobInfo:
         remaining_s=float(10 ** rng.uniform(2, 5.5)) if known else None,
         max_profiled_replicas=int(rng.choice([0, 1, 2, 4, 8, 16, 32])),
         submit_order=i,
+        priority=i % tiers,
     )
 
 
 def run_case(
-    num_jobs: int, num_gpus: int, rounds: int, seed: int, refresh: float
+    num_jobs: int, num_gpus: int, rounds: int, seed: int, refresh: float, tiers: int = 1
 ) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     nodes = [NodeInfo(f"node-{i}", GPUS_PER_NODE) for i in range(num_gpus // GPUS_PER_NODE)]
-    jobs = [random_job(rng, i) for i in range(num_jobs)]
+    jobs = [random_job(rng, i, tiers) for i in range(num_jobs)]
     policy = AdlPolicy(seed=seed)
     previous: dict[str, list[str]] = {}
     latencies: list[float] = []
@@ -104,6 +106,7 @@ def run_case(
     return {
         "jobs": num_jobs,
         "gpus": num_gpus,
+        "tiers": tiers,
         "rounds": rounds,
         "p50_ms": statistics.median(ms),
         "p95_ms": float(np.percentile(ms, 95)),
@@ -119,6 +122,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--refresh", type=float, default=0.1, help="fraction of new hints/round")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tiers", type=int, default=1, help="priorities the jobs are spread over")
     parser.add_argument("--json", type=str, default=None)
     args = parser.parse_args()
 
@@ -126,7 +130,7 @@ def main() -> None:
     print(f"{'jobs':>6} {'GPUs':>6} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9} {'alloc':>6}")
     for num_jobs in args.jobs:
         for num_gpus in args.gpus:
-            row = run_case(num_jobs, num_gpus, args.rounds, args.seed, args.refresh)
+            row = run_case(num_jobs, num_gpus, args.rounds, args.seed, args.refresh, args.tiers)
             rows.append(row)
             print(
                 f"{num_jobs:>6} {num_gpus:>6} {row['p50_ms']:>9.1f} {row['p95_ms']:>9.1f}"

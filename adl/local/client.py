@@ -4,6 +4,7 @@ demand (a detached process) when a job is submitted and none is running."""
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import os
 import subprocess
@@ -151,6 +152,7 @@ class LocalBackend:
                 "the local backend runs commands, not images: set "
                 "template.spec.containers[0].command"
             )
+        spec = in_submitting_directory(spec)
         try:
             rec = self.store.add_job(namespace, name, spec)
         except JobExists as err:
@@ -204,6 +206,19 @@ class LocalBackend:
         except JobNotFound:
             return True
         return rec.status.phase.finished and not self.store.groups(key, live_only=True)
+
+
+def in_submitting_directory(spec: AdaptiveJobSpec) -> AdaptiveJobSpec:
+    """The spec with the trainer's working directory made absolute against the directory the
+    job is submitted from (the default when it has none), so a manifest's relative paths mean
+    what they meant where it was submitted, not wherever the daemon happened to start."""
+    workdir = spec.trainer.get("workingDir")
+    resolved = str(Path(workdir or ".").resolve())
+    if workdir == resolved:
+        return spec
+    template = copy.deepcopy(spec.template)
+    template["spec"]["containers"][0]["workingDir"] = resolved
+    return spec.model_copy(update={"template": template})
 
 
 def _tail(path: Path, follow: bool, done: Callable[[], bool]) -> Iterator[str]:

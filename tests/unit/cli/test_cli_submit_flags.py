@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from adl.cli.cmd_jobs import spec_from_command
+from adl.cli.cmd_jobs import manifest, spec_from_command
+from adl.local.client import in_submitting_directory
 from adl.operator.client import preflight
 
 
@@ -53,3 +56,25 @@ def test_priority_and_weight_reach_the_spec_and_are_bounded() -> None:
         _spec(priority=5000)
     with pytest.raises(ValueError, match="weight"):
         _spec(weight=0)
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "synthetic.yaml"
+
+
+def test_the_example_manifest_passes_both_backends_checks() -> None:
+    name, namespace, spec = manifest(EXAMPLE)
+    assert (name, namespace) == ("synthetic", None)
+    assert spec.trainer["command"][:2] == ["python", "examples/train_synthetic.py"]
+    assert preflight(name, spec, storage_classes=["standard"], node_gpus=[4, 4]) == []
+
+
+def test_a_local_job_runs_where_it_was_submitted_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _, _, spec = manifest(EXAMPLE)  # no workingDir: the submitting directory
+    assert in_submitting_directory(spec).trainer["workingDir"] == str(tmp_path)
+    relative = _spec(workdir="sub")
+    assert in_submitting_directory(relative).trainer["workingDir"] == str(tmp_path / "sub")
+    absolute = _spec(workdir="/srv/train")
+    assert in_submitting_directory(absolute) == absolute
