@@ -331,6 +331,7 @@ def register(app: typer.Typer) -> None:
             if not name:
                 raise ValueError("the job needs a name")
             _check_name(name)
+            _check_name(namespace, "namespace")
         except ValidationError as err:
             raise fail(f"invalid job: {validation_message(err)}", 2) from None
         except ValueError as err:
@@ -432,10 +433,10 @@ def register(app: typer.Typer) -> None:
                 signal.signal(signal.SIGINT, previous)
 
 
-def _check_name(name: str) -> None:
+def _check_name(name: str, what: str = "job name") -> None:
     import re
 
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
         raise ValueError(
-            f"invalid job name {name!r}: use lowercase letters, digits and '-', at most 63"
+            f"invalid {what} {name!r}: use lowercase letters, digits and '-', at most 63"
         )

@@ -228,6 +228,9 @@ def build_pod(
         },
     ]
     pspec["volumes"] = volumes
+    # Workers talk to adl's API with the job's own token, not to Kubernetes: no API token in
+    # user code unless the template asks for one (a serviceAccountName of its own, say).
+    pspec.setdefault("automountServiceAccountToken", False)
     pspec["restartPolicy"] = "Never"  # restarts are the controller's decision, counted
     pspec["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
     pspec["hostname"] = pod_name(job.name, group, index)

@@ -28,7 +28,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "adl.fullname" .) .Values.serviceAccount.name -}}
 {{- else -}}
-{{- default "default" .Values.serviceAccount.name -}}
+{{- required "serviceAccount.name: with serviceAccount.create=false, name the account to bind the operator's role to (never the namespace's default)" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
 

@@ -93,6 +93,60 @@ def test_values_schema_knows_exactly_the_policy_knobs() -> None:
     assert knobs["propertyNames"]["enum"] == knob_names()
 
 
+def test_values_schema_ranges_are_the_policys() -> None:
+    # A knob value passes the schema exactly when the policy accepts it, so a value file that
+    # installs cleanly never stops the operator at start-up.
+    from adl.sched.policy_knobs import Knobs, knob_names
+
+    with helm.Chart.load(CHART) as chart:
+        for name in knob_names():
+            for value in (-1.0, 0.0, 0.5, 1.0, 2.0, 1e6):
+                try:
+                    Knobs(**{name: value})
+                    policy_ok = True
+                except ValueError:
+                    policy_ok = False
+                try:
+                    chart.validate_schema({"scheduler": {"policyKnobs": {name: value}}})
+                    schema_ok = True
+                except helm.HelmError:
+                    schema_ok = False
+                assert schema_ok is policy_ok, (name, value)
+
+
+def test_the_readmes_set_flags_install() -> None:
+    # `--set` passes decimals as strings; the README's examples must still install and reach
+    # the operator as numbers.
+    from adl.operator.main import parse_args
+
+    values = helm.parse_set_string("scheduler.policyKnobs.srpt_power=0.25,scheduler.interval=0.5")
+    (deploy,) = kinds(render(values), "Deployment")
+    opts = parse_args(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert opts.policy_knobs == {"srpt_power": 0.25} and opts.round_interval == 0.5
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": 2, "peering": {"enabled": False}}, "needs peering.enabled"),
+        ({"api": {"port": 9000, "healthPort": 9000}}, "must differ"),
+        ({"serviceAccount": {"create": False}}, "serviceAccount.name"),
+    ],
+)
+def test_unsafe_values_do_not_render(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render(values)
+
+
+def test_health_port_and_an_existing_service_account() -> None:
+    values = {"api": {"healthPort": 9001}, "serviceAccount": {"create": False, "name": "ops"}}
+    docs = render(values)
+    pod = kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
+    assert ports["health"] == 9001 and "--health-port=9001" in pod["containers"][0]["args"]
+    assert pod["serviceAccountName"] == "ops" and kinds(docs, "ServiceAccount") == []
+
+
 def test_custom_image_and_pull_secrets() -> None:
     (deploy,) = kinds(render(VARIANTS["custom-image"]), "Deployment")
     pod = deploy["spec"]["template"]["spec"]
@@ -133,6 +187,8 @@ def test_values_schema_rejects_bad_values() -> None:
             {"metrics": {"serviceMonitor": {"interval": "often"}}},
             {"scheduler": {"policyKnobs": {"srpt_pwr": 0.25}}},
             {"scheduler": {"policyKnobs": {"srpt_power": "high"}}},
+            {"scheduler": {"policyKnobs": {"ramp_factor": 0.5}}},
+            {"scheduler": {"interval": "soon"}},
         ):
             with pytest.raises(helm.HelmError):
                 chart.validate_schema(bad)

@@ -189,6 +189,7 @@ def test_submit_starts_the_daemon_on_demand(adl_home: Path) -> None:
         (("submit", "bad", "--min", "3", "--max", "2", "--", "python", "x.py"), "maxReplicas"),
         (("submit", "nothing"), "nothing to run"),
         (("submit", "Bad_Name", "--", "python", "x.py"), "invalid job name"),
+        (("submit", "ok", "-n", "Bad_NS", "--", "python", "x.py"), "invalid namespace"),
         (("submit", "both", "-f", "job.yaml", "--", "python"), "either -f FILE or a command"),
         (("submit", "-f", "/nonexistent/job.yaml"), "cannot read"),
         (("submit", "e", "--env", "NOVALUE", "--", "python"), "NAME=VALUE"),

@@ -77,6 +77,7 @@ def test_pod_for_two_replicas() -> None:
     assert env_names.count("ADL_RANK") == 1 and "USER_VAR" in env_names
     assert {"name": "ADL_RANK", "value": "0"} in trainer["env"]
     assert pspec["restartPolicy"] == "Never"
+    assert pspec["automountServiceAccountToken"] is False  # user code gets no API token
     assert pspec["terminationGracePeriodSeconds"] == 60
     assert (pspec["hostname"], pspec["subdomain"]) == ("bert-g2-0", "bert")
     term = pspec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -91,6 +92,13 @@ def test_single_replica_keeps_the_users_command_and_no_gpu_for_cpu_jobs() -> Non
     trainer = pod["spec"]["containers"][0]
     assert trainer["command"] == ["python", "train.py"] and trainer["args"] == ["--x"]
     assert "nvidia.com/gpu" not in (trainer.get("resources") or {}).get("limits", {})
+
+
+def test_a_template_that_wants_the_api_token_keeps_it() -> None:
+    s = spec()
+    s.template["spec"]["automountServiceAccountToken"] = True
+    pod = P.build_pod(JOB, s, group=1, index=0, node="n", replicas=1, env={})
+    assert pod["spec"]["automountServiceAccountToken"] is True
 
 
 def test_multi_replica_pod_needs_a_command() -> None:
