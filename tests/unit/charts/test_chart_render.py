@@ -247,6 +247,11 @@ def test_dashboard_queries_only_exported_metrics() -> None:
     used = {m for e in exprs for m in re.findall(r"\badl_[a-z_]+\b", e)}
     assert used <= allowed, f"dashboard queries metrics the API does not export: {used - allowed}"
     assert {"adl_jobs", "adl_job_goodput", "adl_round_latency_seconds_bucket"} <= used
+    # every operator replica (the standby too) exports the jobs' state from the same objects:
+    # a panel takes one copy of it, never the sum over replicas
+    for e in exprs:
+        if re.search(r"\badl_job(s|_[a-z_]+)\b", e):
+            assert "max" in e, e
     assert kinds(render({"grafana": {"dashboard": {"enabled": False}}}), "ConfigMap") == []
 
 
