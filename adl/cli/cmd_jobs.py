@@ -39,8 +39,12 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def _backend(name: str | None) -> Backend:
-    from adl.cli.backends import get_backend
+    from adl.cli.backends import get_backend, resolve_kind
 
+    try:
+        resolve_kind(name)
+    except BackendError as err:  # a typo in --backend / $ADL_BACKEND is a usage error
+        raise fail(str(err), 2) from None
     try:
         return get_backend(name)
     except BackendError as err:
@@ -337,6 +341,17 @@ def register(app: typer.Typer) -> None:
         except ValueError as err:
             raise fail(str(err), 2) from None
         b = _backend(backend)
+        from adl.cli.backends import BackendKind, resolve_kind
+
+        cluster_only = {
+            "--image": image,
+            "--storage-class": storage_class,
+            "--claim": claim,
+            "--checkpoint-size": checkpoint_size,
+        }
+        unused = [flag for flag, value in cluster_only.items() if value is not None]
+        if unused and resolve_kind(backend) is BackendKind.LOCAL:
+            _err.print(f"note: the local backend does not use {', '.join(unused)}", highlight=False)
         try:
             v = b.submit(name, namespace, spec)
         except BackendError as err:

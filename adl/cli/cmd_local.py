@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         try:
             knobs = parse_knobs(policy_knob or [])
         except ValueError as err:
-            raise fail(str(err)) from None
+            raise fail(str(err), 2) from None
         extra = [] if prewarm else ["--no-prewarm"]
         extra += [f"--policy-knob={name}={value!r}" for name, value in knobs.items()]
         if foreground:

@@ -190,6 +190,7 @@ def test_submit_starts_the_daemon_on_demand(adl_home: Path) -> None:
         (("submit", "nothing"), "nothing to run"),
         (("submit", "Bad_Name", "--", "python", "x.py"), "invalid job name"),
         (("submit", "ok", "-n", "Bad_NS", "--", "python", "x.py"), "invalid namespace"),
+        (("submit", "ok", "--backend", "nomad", "--", "python", "x.py"), "unknown backend"),
         (("submit", "both", "-f", "job.yaml", "--", "python"), "either -f FILE or a command"),
         (("submit", "-f", "/nonexistent/job.yaml"), "cannot read"),
         (("submit", "e", "--env", "NOVALUE", "--", "python"), "NAME=VALUE"),
@@ -228,6 +229,12 @@ def test_manifest_mistakes_are_one_line_as_written(adl_home: Path, tmp_path: Pat
     code, _, err = adl("submit", "-f", str(tmp_path / "[bold]job.yaml"))
     assert code == 2 and "[bold]job.yaml" in err
     assert daemon_pid(adl_home) is None
+
+
+def test_flags_the_local_backend_does_not_use_are_named(adl_home: Path, daemon: int) -> None:
+    code, out, err = adl("submit", "img", "--image", "reg.example/x:1", *counter("--steps", "1"))
+    assert code == 0 and "submitted" in out
+    assert "note: the local backend does not use --image" in err
 
 
 def test_unknown_job_commands_fail_cleanly(adl_home: Path, daemon: int) -> None:
