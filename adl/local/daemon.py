@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -397,6 +398,12 @@ class Daemon:
 
     def _base_env(self, trainer: dict[str, Any], replicas: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ADL_")}
+        # `python` in a job is the interpreter adl runs under (the one that has adl and torch;
+        # what a warm shim forks into anyway), as if its environment were activated
+        bindir = os.path.dirname(sys.executable)
+        path = env.get("PATH", "")
+        if bindir and path.split(os.pathsep)[0] != bindir:
+            env["PATH"] = os.pathsep.join([bindir, path]) if path else bindir
         for item in trainer.get("env") or []:
             if isinstance(item, dict) and "name" in item:
                 env[str(item["name"])] = str(item.get("value", ""))

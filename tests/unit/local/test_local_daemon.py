@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 from local_kit import FixedPolicy, counter_spec, wait_for
@@ -134,6 +135,19 @@ def test_a_command_that_cannot_start_fails_with_that_reason(daemon_factory, back
     text = describe_text(backend.get("n", "default"))
     assert "exited with code 127" in text
     assert "cannot start '/nonexistent/trainer'" in text
+
+
+def test_python_in_a_job_is_the_interpreter_adl_runs_under(
+    daemon_factory, backend, home, monkeypatch
+) -> None:
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # adl's environment not activated
+    daemon_factory(FixedPolicy())
+    spec = counter_spec(max_restarts=0)
+    code = "import sys, adl; print('python is', sys.executable)"
+    spec.template["spec"]["containers"][0]["command"] = ["python", "-c", code]
+    backend.submit("py", "default", spec)
+    wait_for(lambda: _phase(backend, "py") == Phase.SUCCEEDED, timeout=30)
+    assert f"python is {sys.executable}" in _log(home, "py")
 
 
 @pytest.mark.parametrize(
