@@ -23,6 +23,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "imagePullSecrets": [{"name": "regcred"}],
     },
     "no-peering": {"peering": {"enabled": False}},
+    "standby": {"replicaCount": 2},
     "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
 }
 
@@ -136,6 +137,15 @@ def test_the_readmes_set_flags_install() -> None:
 def test_unsafe_values_do_not_render(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
         render(values)
+
+
+def test_a_standby_replica_comes_with_a_disruption_budget() -> None:
+    assert kinds(render({}), "PodDisruptionBudget") == []
+    docs = render({"replicaCount": 2})
+    (pdb,) = kinds(docs, "PodDisruptionBudget")
+    (deploy,) = kinds(docs, "Deployment")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
 
 
 def test_health_port_and_an_existing_service_account() -> None:
