@@ -64,6 +64,21 @@ def _context() -> Any | None:
     return get_context() if has_context() else None
 
 
+#: Variables of the worker contract that mean "this process is a worker of an adl job".
+_WORKER_VARS = ("ADL_JOB", "ADL_WORLD_SIZE", "ADL_CHECKPOINT_DIR")
+
+
+def _joined_context() -> Any | None:
+    """The job context, joining the job first when this process is one of its workers and
+    nothing joined yet: a wrapper built before the loader or ``init_process_group`` would
+    otherwise train alone, unsynchronized, and outside the checkpoints."""
+    if not has_context() and any(os.environ.get(k) for k in _WORKER_VARS):
+        from adl.client_lib.env import context
+
+        return context()
+    return _context()
+
+
 def _ctx_attr(ctx: Any | None, name: str, default: Any) -> Any:
     if ctx is None:
         return default
@@ -129,7 +144,7 @@ class AdaptiveDataParallel(nn.Module):
         self.scaling_rule = scaling_rule or default_rule(optimizer)
         self.grad_scaler = grad_scaler
         self.name = name
-        self._ctx = _context()
+        self._ctx = _joined_context()
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.num_nodes = int(
@@ -195,6 +210,10 @@ class AdaptiveDataParallel(nn.Module):
         else:
             self.module = model
             self._fold_micro = False
+        # Parameters whose accumulated gradient was averaged over the micro-steps as the last
+        # backward finished (see _average_when_final); the others are averaged at the step.
+        self._averaged: set[int] = set()
+        self._average_hooks: list[Any] = []
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
         self._patch_optimizer()
         self._register_checkpoint()
@@ -233,6 +252,8 @@ class AdaptiveDataParallel(nn.Module):
             self._start_cycle()
         elif self._micro == 1 and self._stats_now:
             self._capture_first_micro()
+        if not sync and self.world_size == 1 and not self._average_hooks:
+            self._hook_micro_average()
         bsz = _first_batch_dim(args, kwargs) or int(_ctx_attr(self._ctx, "local_bsz", 0)) or 1
         if self._cycle_bsz is None:
             self._cycle_bsz = bsz
@@ -246,8 +267,24 @@ class AdaptiveDataParallel(nn.Module):
                 return ddp(*args, **kwargs)
         return self.module(*args, **kwargs)
 
+    def _hook_micro_average(self) -> None:
+        """Accumulation alone (no comm hook to fold it into): average each gradient over the
+        micro-steps as soon as the last backward has accumulated it, so that whatever runs
+        between ``backward()`` and ``optimizer.step()`` (gradient clipping, norm logging) sees
+        the batch's mean gradient, as it does on several replicas. (There the comm hook
+        averages; only parameters the optimizer updates outside DDP are averaged at the step.)"""
+        for p in self._params:
+            self._average_hooks.append(p.register_post_accumulate_grad_hook(self._average_final))
+
+    def _average_final(self, p: Tensor) -> None:
+        # The sync micro-step's forward set _new_cycle; its backward is the cycle's last.
+        if self._new_cycle and self._micro > 1 and p.grad is not None:
+            p.grad.mul_(1.0 / self._micro)
+            self._averaged.add(id(p))
+
     def _start_cycle(self) -> None:
         self._micro = 0
+        self._averaged.clear()
         # Decided from the step count, which every rank (and a resumed run) shares.
         self._stats_now = self._measures(self.progress.steps)
         self._cycle_bsz = None
@@ -409,7 +446,10 @@ class AdaptiveDataParallel(nn.Module):
         if (micro > 1 and not folded) or (measure and not hooked):
             grads = [p.grad for p in self._params if p.grad is not None]
             if micro > 1 and not folded and grads:
-                torch._foreach_mul_(grads, 1.0 / micro)
+                done = self._averaged  # by _average_final, as the last backward finished
+                rest = [p.grad for p in self._params if p.grad is not None and id(p) not in done]
+                if rest:
+                    torch._foreach_mul_(rest, 1.0 / micro)
         if measure and (hooked or grads):
             self._observe(grads, micro, m, batch, folded)
         elif self.world_size == 1 and micro == 1 and not measure:
@@ -509,6 +549,9 @@ class AdaptiveDataParallel(nn.Module):
 
     def close(self) -> None:
         """Stop the background reporter (also done at interpreter exit: the thread is a daemon)."""
+        for handle in self._average_hooks:
+            handle.remove()
+        self._average_hooks.clear()
         if self.reporter is not None:
             self.reporter.stop()
 

@@ -107,6 +107,53 @@ def test_accumulation_averages_micro_batches_and_uses_the_first_micro_gradient()
     assert adp.gns.updates == 1  # first micro-gradient (b=8) against the mean (B=24)
 
 
+def test_with_accumulation_the_gradients_are_the_mean_before_the_step() -> None:
+    # What runs between backward() and step() (clipping, norm logging) sees the batch's mean
+    # gradient, as it does on several replicas where the comm hook averages: not the sum.
+    gen = torch.Generator().manual_seed(3)
+    model = _model()
+    whole = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    adp = AdaptiveDataParallel(model, opt, init_batch_size=8, report=False)
+    x, y = _data(gen, 24)
+    for _ in range(2):  # the second optimizer step too (the bookkeeping resets per step)
+        opt.zero_grad()
+        with adp.no_sync():
+            nn.functional.mse_loss(adp(x[:8]), y[:8]).backward()
+            nn.functional.mse_loss(adp(x[8:16]), y[8:16]).backward()
+        nn.functional.mse_loss(adp(x[16:]), y[16:]).backward()
+        whole.load_state_dict(model.state_dict())
+        whole.zero_grad()
+        nn.functional.mse_loss(whole(x), y).backward()  # equal chunks: mean of micro-losses
+        for p, q in zip(model.parameters(), whole.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad)
+        before = _flat(model)
+        opt.step()
+        assert not torch.equal(before, _flat(model))
+    adp.close()
+
+
+def test_a_wrapper_built_first_in_a_worker_joins_the_job(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Built before the loader or init_process_group, in a process that is a worker of a job,
+    # the wrapper joins the job itself, so the model and optimizer are in its checkpoints.
+    from adl.client_lib.context import get_context, has_context
+    from adl.client_lib.env import shutdown
+
+    assert not has_context()
+    monkeypatch.setenv("ADL_JOB", "ns/j")
+    monkeypatch.setenv("ADL_CHECKPOINT_DIR", str(tmp_path))
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        adp = AdaptiveDataParallel(model, opt, report=False, name="net")
+        assert has_context() and "net" in get_context().states
+        adp.close()
+    finally:
+        shutdown()
+
+
 def test_stats_interval_measures_every_nth_step_alone_as_consecutive_pairs() -> None:
     gen = torch.Generator().manual_seed(7)
     model = _model()
