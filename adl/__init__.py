@@ -18,6 +18,8 @@ _LAZY = {
     "remaining_epochs_until": "adl.client_lib.epoch",
     "current_epoch": "adl.client_lib.epoch",
     "Accumulator": "adl.client_lib.accumulator",
+    "track": "adl.client_lib.checkpoint",
+    "check_preemption": "adl.client_lib.preemption",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -123,21 +123,37 @@ def save(ctx: JobContext) -> Path | None:
 
 class Tracked:
     """Checkpoint adapter for anything with ``state_dict``/``load_state_dict`` (model, optimizer,
-    LR scheduler, GradScaler) in scripts that do not use AdaptiveDataParallel."""
+    LR scheduler, GradScaler) in scripts that do not use AdaptiveDataParallel, or for a plain
+    dict of the script's own state (restored in place)."""
 
     def __init__(self, name: str, obj: Any) -> None:
+        if not isinstance(obj, dict) and not (
+            hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
+        ):
+            raise TypeError(
+                f"cannot checkpoint {name!r}: give a dict or an object with state_dict() and "
+                f"load_state_dict(), not {type(obj).__name__}"
+            )
         self.name = name
         self.obj = obj
 
     def state_dict(self) -> Any:
+        if isinstance(self.obj, dict):
+            return dict(self.obj)
         return self.obj.state_dict()
 
     def load_state_dict(self, state: Any) -> None:
-        self.obj.load_state_dict(state)
+        if isinstance(self.obj, dict):
+            self.obj.clear()
+            self.obj.update(state)
+        else:
+            self.obj.load_state_dict(state)
 
 
 def track(name: str, obj: Any) -> bool:
-    """Include ``obj`` in every checkpoint under ``name``; True if it was just restored."""
+    """Include ``obj`` (a dict of the script's own state, or anything with ``state_dict`` and
+    ``load_state_dict``) in every checkpoint under ``name``; True if it was just restored.
+    Every rank should track the same names; rank 0's copy is the one saved."""
     from adl.client_lib.env import context
 
     return context().register(Tracked(name, obj))

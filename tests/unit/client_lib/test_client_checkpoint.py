@@ -110,6 +110,21 @@ def test_registry_saves_and_restores_tracked_objects(make_context: MakeContext) 
     assert other_opt.state_dict()["state"][0]["momentum_buffer"] is not None
 
 
+def test_a_dict_of_the_scripts_own_state_is_restored_in_place(make_context: MakeContext) -> None:
+    import adl
+
+    ctx = make_context()
+    best = {"accuracy": 0.0, "epoch": -1}
+    assert adl.track("best", best) is False
+    best.update(accuracy=0.91, epoch=3)
+    ctx.save()
+    ctx = make_context()  # a restart
+    again = {"accuracy": 0.0, "epoch": -1}
+    assert adl.track("best", again) is True and again == {"accuracy": 0.91, "epoch": 3}
+    with pytest.raises(TypeError, match="give a dict or an object with state_dict"):
+        adl.track("count", 3)
+
+
 def test_prepare_checkpoint_runs_before_the_write(make_context: MakeContext) -> None:
     ctx = make_context()
     calls: list[str] = []
