@@ -72,7 +72,11 @@ def _joined_context() -> Any | None:
     """The job context, joining the job first when this process is one of its workers and
     nothing joined yet: a wrapper built before the loader or ``init_process_group`` would
     otherwise train alone, unsynchronized, and outside the checkpoints."""
-    if not has_context() and any(os.environ.get(k) for k in _WORKER_VARS):
+    if (
+        not has_context()
+        and not dist.is_initialized()  # a script that set up torch.distributed itself
+        and any(os.environ.get(k) for k in _WORKER_VARS)
+    ):
         from adl.client_lib.env import context
 
         return context()
@@ -274,13 +278,21 @@ class AdaptiveDataParallel(nn.Module):
         the batch's mean gradient, as it does on several replicas. (There the comm hook
         averages; only parameters the optimizer updates outside DDP are averaged at the step.)"""
         for p in self._params:
-            self._average_hooks.append(p.register_post_accumulate_grad_hook(self._average_final))
+            self._average_hooks.append(p.register_hook(functools.partial(self._average_final, p)))
 
-    def _average_final(self, p: Tensor) -> None:
+    def _average_final(self, p: Tensor, grad: Tensor) -> Tensor | None:
+        """Runs on every gradient contribution to ``p`` before it is accumulated (once per
+        backward, more with several losses or reentrant checkpointing): in the step's last
+        micro-step it divides what is accumulated so far, once, and each contribution."""
         # The sync micro-step's forward set _new_cycle; its backward is the cycle's last.
-        if self._new_cycle and self._micro > 1 and p.grad is not None:
-            p.grad.mul_(1.0 / self._micro)
+        if not (self._new_cycle and self._micro > 1):
+            return None
+        inv = 1.0 / self._micro
+        if id(p) not in self._averaged:
             self._averaged.add(id(p))
+            if p.grad is not None:
+                p.grad.mul_(inv)
+        return grad * inv
 
     def _start_cycle(self) -> None:
         self._micro = 0

@@ -229,8 +229,9 @@ def build_pod(
     ]
     pspec["volumes"] = volumes
     # Workers talk to adl's API with the job's own token, not to Kubernetes: no API token in
-    # user code unless the template asks for one (a serviceAccountName of its own, say).
-    pspec.setdefault("automountServiceAccountToken", False)
+    # user code unless the template names a service account or asks for the token itself.
+    if not (pspec.get("serviceAccountName") or pspec.get("serviceAccount")):
+        pspec.setdefault("automountServiceAccountToken", False)
     pspec["restartPolicy"] = "Never"  # restarts are the controller's decision, counted
     pspec["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
     pspec["hostname"] = pod_name(job.name, group, index)

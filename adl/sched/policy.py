@@ -79,6 +79,23 @@ def _key(placement: Placement) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(placement.items()))
 
 
+def _kept_in_place(
+    jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], previous: Mapping[str, Sequence[str]]
+) -> set[str]:
+    """Jobs that may not be preempted and whose previous placement the solvers commit as it is
+    (in the solvers' order: submission, then name)."""
+    cluster = Cluster(nodes)
+    kept: set[str] = set()
+    for job in sorted(jobs, key=lambda j: (j.submit_order, j.name)):
+        names = previous.get(job.name)
+        placement = cluster.from_names(names) if names and not job.preemptible else None
+        gpr = max(job.gpus_per_replica, 1)
+        if placement and cluster.fits(placement, gpr):
+            cluster.take(job.name, placement, gpr)
+            kept.add(job.name)
+    return kept
+
+
 class AdlPolicy:
     """Goodput-greedy, SRPT-weighted, restart-aware policy implementing :class:`Policy`."""
 
@@ -278,6 +295,10 @@ class AdlPolicy:
                 prev = {job.name: list(previous.get(job.name) or []) for job in members}
                 for job in held:
                     prev[job.name] = answer.get(job.name) or list(previous[job.name])
+                # A lower-tier job whose old placement is gone (a node left or shrank) holds
+                # nothing here: it must not compete in this tier as an ordinary job.
+                kept = _kept_in_place([*members, *held], nodes, prev)
+                held = [job for job in held if job.name in kept]
                 alloc = self._optimize_tier([*members, *held], nodes, prev)
                 answer.update({job.name: alloc.get(job.name, []) for job in members})
             return answer

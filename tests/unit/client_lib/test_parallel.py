@@ -133,6 +133,28 @@ def test_with_accumulation_the_gradients_are_the_mean_before_the_step() -> None:
     adp.close()
 
 
+def test_the_mean_holds_with_two_losses_in_the_last_micro_step() -> None:
+    # Two backward passes in the last micro-step (or reentrant checkpointing) add two
+    # contributions to each gradient: the mean counts each once.
+    gen = torch.Generator().manual_seed(4)
+    model = _model()
+    whole = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    adp = AdaptiveDataParallel(model, opt, init_batch_size=8, report=False)
+    x, y = _data(gen, 16)
+    with adp.no_sync():
+        nn.functional.mse_loss(adp(x[:8]), y[:8]).backward()
+    out = adp(x[8:])
+    nn.functional.mse_loss(out, y[8:]).backward(retain_graph=True)
+    out.abs().mean().backward()
+    whole.zero_grad()
+    loss = nn.functional.mse_loss(whole(x[:8]), y[:8]) + nn.functional.mse_loss(whole(x[8:]), y[8:])
+    (loss + whole(x[8:]).abs().mean()).div(2).backward()
+    for p, q in zip(model.parameters(), whole.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    adp.close()
+
+
 def test_a_wrapper_built_first_in_a_worker_joins_the_job(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,6 +174,25 @@ def test_a_wrapper_built_first_in_a_worker_joins_the_job(
         adp.close()
     finally:
         shutdown()
+
+
+def test_a_script_that_set_up_torch_distributed_itself_is_not_joined_again(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch.distributed as dist
+
+    from adl.client_lib.context import has_context
+
+    monkeypatch.setenv("ADL_JOB", "ns/j")
+    store = tmp_path / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    try:
+        model = _model()
+        adp = AdaptiveDataParallel(model, torch.optim.SGD(model.parameters(), lr=0.1), report=False)
+        assert not has_context() and adp.world_size == 1
+        adp.close()
+    finally:
+        dist.destroy_process_group()
 
 
 def test_stats_interval_measures_every_nth_step_alone_as_consecutive_pairs() -> None:

@@ -99,6 +99,10 @@ def test_a_template_that_wants_the_api_token_keeps_it() -> None:
     s.template["spec"]["automountServiceAccountToken"] = True
     pod = P.build_pod(JOB, s, group=1, index=0, node="n", replicas=1, env={})
     assert pod["spec"]["automountServiceAccountToken"] is True
+    named = spec()
+    named.template["spec"]["serviceAccountName"] = "trainer-sa"  # its own account: its token
+    pod = P.build_pod(JOB, named, group=1, index=0, node="n", replicas=1, env={})
+    assert "automountServiceAccountToken" not in pod["spec"]
 
 
 def test_multi_replica_pod_needs_a_command() -> None:

@@ -231,6 +231,23 @@ def test_a_lower_tier_job_that_may_not_be_preempted_keeps_its_gpus():
     assert counts(AdlPolicy().optimize([pinned, urgent], nodes, prev)) == {"pinned": 2, "urgent": 2}
 
 
+@pytest.mark.parametrize(
+    ("nodes", "old"),
+    [
+        ([NodeInfo("n0", 4)], ["gone"] * 2),  # its node left the cluster
+        ([NodeInfo("n0", 2), NodeInfo("n1", 4)], ["n0"] * 4),  # its node shrank
+    ],
+)
+def test_a_lower_tier_job_whose_old_placement_is_gone_does_not_compete_above(
+    nodes: list[NodeInfo], old: list[str]
+) -> None:
+    hi = job("hi", 1, remaining_s=1e6, max_replicas=4, priority=5)
+    lo = job("lo", 0, remaining_s=3600.0, max_replicas=4, preemptible=False)
+    alloc = AdlPolicy().optimize([lo, hi], nodes, {"lo": old})
+    assert len(alloc["hi"]) == 4
+    assert validate_allocation(alloc, nodes) == []
+
+
 def test_tiers_keep_the_placement_rules_across_tiers():
     # Random jobs in three tiers: every answer is valid (no node over-full, no node shared by two
     # distributed jobs), and no job of a lower tier holds GPUs while a higher-tier job that could
