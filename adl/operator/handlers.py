@@ -265,6 +265,18 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 continue
             for pod in finished_leftovers(pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
+            suspended = any(
+                isinstance(a, SetStatus) and a.status.phase == Phase.SUSPENDED for a in actions
+            )
+            if suspended and desired:
+                # The answer it ran on is history: a resume must start on a fresh one (a round
+                # that read the job before the resume may still be writing), not on these GPUs.
+                await asyncio.to_thread(
+                    rt.store.patch_job_annotations,
+                    namespace,
+                    name,
+                    {P.ANNOTATION_ALLOCATION: json.dumps([])},
+                )
             return bool(status.allocation) and any(
                 isinstance(a, SetStatus) and a.status.phase.sits_out_rounds for a in actions
             )

@@ -410,6 +410,34 @@ async def test_suspend_stops_workers_and_resume_starts_the_next_group(
     assert conditions(k8s)["Suspended"]["status"] == "False"
 
 
+async def test_a_suspension_forgets_the_answer_the_job_ran_on(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator
+) -> None:
+    """A round that read the job while it was suspended may still be running when the job is
+    resumed; the resume must not start a group on the answer from before the suspension (that
+    round would take it back: a needless restart, seen once in CI). So the suspension itself
+    clears the answer, not only the round after it."""
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body())
+    await run_group(k8s, {"train-g1-0"})
+    await submit(job_body("other"))  # so that the rounds call the (slow) policy
+    await eventually(lambda: allocation_annotation(k8s, "other") == "[]", what="other waits")
+    policy.delay = 3.0
+
+    await set_suspend("train", True)
+    await eventually(lambda: status(k8s).get("phase") == "Suspended", what="Suspended")
+    await eventually(policy.busy.is_set, what="the suspension's round running")
+    # cleared well before the slow round could have written it
+    await eventually(lambda: allocation_annotation(k8s, "train") == "[]", 1.5, "answer cleared")
+    await set_suspend("train", False)
+    await run_group(k8s, {"train-g2-0"})
+    policy.delay = 0.0
+    await asyncio.sleep(1.5)  # any round after the slow one is over
+    st = status(k8s)
+    assert st["phase"] == "Running" and st["group"] == 2, st
+    assert alive(k8s) == {"train-g2-0"}
+
+
 def allocation_annotation(k8s: Any, name: str) -> str | None:
     annotations = objects(k8s, "adaptivejobs")[name]["metadata"].get("annotations") or {}
     return annotations.get("adl.dev/allocation")
