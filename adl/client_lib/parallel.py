@@ -116,6 +116,33 @@ def _first_tensor(done: torch.futures.Future[list[Tensor]]) -> Tensor:
 # ---------------------------------------------------------------------------- the wrapper
 
 
+class _EndOfStepBackward(torch.autograd.Function):
+    """Identity on a model output; its backward tells the wrapper that the step's last
+    backward has reached the model."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, adp: AdaptiveDataParallel) -> Tensor:
+        ctx.adp = adp
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        ctx.adp._average_at_backward_end()
+        return grad, None
+
+
+def _on_backward(out: Any, adp: AdaptiveDataParallel) -> Any:
+    """``out`` with each tensor that needs a gradient passed through :class:`_EndOfStepBackward`
+    (tensors, and tuples, lists and dicts of them)."""
+    if isinstance(out, Tensor):
+        return _EndOfStepBackward.apply(out, adp) if out.requires_grad else out
+    if isinstance(out, tuple | list):
+        return type(out)(_on_backward(o, adp) for o in out)
+    if isinstance(out, dict):
+        return type(out)((k, _on_backward(v, adp)) for k, v in out.items())
+    return out
+
+
 class AdaptiveDataParallel(nn.Module):
     """Data-parallel training that adapts its learning rate to the batch size it is given."""
 
@@ -214,10 +241,10 @@ class AdaptiveDataParallel(nn.Module):
         else:
             self.module = model
             self._fold_micro = False
-        # Parameters whose accumulated gradient was averaged over the micro-steps as the last
-        # backward finished (see _average_when_final); the others are averaged at the step.
-        self._averaged: set[int] = set()
-        self._average_hooks: list[Any] = []
+        # Whether this step's gradients were averaged over the micro-steps as its last backward
+        # finished (see _average_at_backward_end), or one such averaging is queued.
+        self._averaged = False
+        self._average_queued = False
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
         self._patch_optimizer()
         self._register_checkpoint()
@@ -256,8 +283,6 @@ class AdaptiveDataParallel(nn.Module):
             self._start_cycle()
         elif self._micro == 1 and self._stats_now:
             self._capture_first_micro()
-        if not sync and self.world_size == 1 and not self._average_hooks:
-            self._hook_micro_average()
         bsz = _first_batch_dim(args, kwargs) or int(_ctx_attr(self._ctx, "local_bsz", 0)) or 1
         if self._cycle_bsz is None:
             self._cycle_bsz = bsz
@@ -269,34 +294,43 @@ class AdaptiveDataParallel(nn.Module):
             assert isinstance(ddp, nn.parallel.DistributedDataParallel)
             with ddp.no_sync():
                 return ddp(*args, **kwargs)
-        return self.module(*args, **kwargs)
+        out = self.module(*args, **kwargs)
+        if sync and self._micro > 1 and self.world_size == 1:
+            # the last micro-step of an accumulating step alone (with several replicas the
+            # comm hook averages, and a callback here would race with its all-reduce)
+            out = _on_backward(out, self)
+        return out
 
-    def _hook_micro_average(self) -> None:
-        """Accumulation alone (no comm hook to fold it into): average each gradient over the
-        micro-steps as soon as the last backward has accumulated it, so that whatever runs
-        between ``backward()`` and ``optimizer.step()`` (gradient clipping, norm logging) sees
-        the batch's mean gradient, as it does on several replicas. (There the comm hook
-        averages; only parameters the optimizer updates outside DDP are averaged at the step.)"""
-        for p in self._params:
-            self._average_hooks.append(p.register_hook(functools.partial(self._average_final, p)))
+    def _average_at_backward_end(self) -> None:
+        """The backward of the step's last micro-step reached the model's output (called from
+        :class:`_EndOfStepBackward`): average the gradients over the micro-steps as that
+        backward finishes, so that whatever runs between ``backward()`` and ``step()``
+        (gradient clipping, norm logging) sees the batch's mean gradient, as it does on
+        several replicas, where the comm hook averages. One fused multiply per step."""
+        if self._average_queued:
+            return  # another output of the same backward
+        if self._averaged:
+            # another backward in the same micro-step (a second loss): back to the sum, and
+            # average again once it has added its part
+            grads = [p.grad for p in self._params if p.grad is not None]
+            if grads:
+                torch._foreach_mul_(grads, float(self._micro))
+            self._averaged = False
+        self._average_queued = True
+        # Runs when the whole backward is done (DDP and FSDP finish their work the same way).
+        torch.autograd.Variable._execution_engine.queue_callback(self._average_now)
 
-    def _average_final(self, p: Tensor, grad: Tensor) -> Tensor | None:
-        """Runs on every gradient contribution to ``p`` before it is accumulated (once per
-        backward, more with several losses or reentrant checkpointing): in the step's last
-        micro-step it divides what is accumulated so far, once, and each contribution."""
-        # The sync micro-step's forward set _new_cycle; its backward is the cycle's last.
-        if not (self._new_cycle and self._micro > 1):
-            return None
-        inv = 1.0 / self._micro
-        if id(p) not in self._averaged:
-            self._averaged.add(id(p))
-            if p.grad is not None:
-                p.grad.mul_(inv)
-        return grad * inv
+    def _average_now(self) -> None:
+        self._average_queued = False
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, 1.0 / self._micro)
+        self._averaged = True
 
     def _start_cycle(self) -> None:
         self._micro = 0
-        self._averaged.clear()
+        self._averaged = False
+        self._average_queued = False
         # Decided from the step count, which every rank (and a resumed run) shares.
         self._stats_now = self._measures(self.progress.steps)
         self._cycle_bsz = None
@@ -457,11 +491,9 @@ class AdaptiveDataParallel(nn.Module):
         grads: list[Tensor] = []
         if (micro > 1 and not folded) or (measure and not hooked):
             grads = [p.grad for p in self._params if p.grad is not None]
-            if micro > 1 and not folded and grads:
-                done = self._averaged  # by _average_final, as the last backward finished
-                rest = [p.grad for p in self._params if p.grad is not None and id(p) not in done]
-                if rest:
-                    torch._foreach_mul_(rest, 1.0 / micro)
+            # (unless done as the last backward finished)
+            if micro > 1 and not folded and grads and not self._averaged:
+                torch._foreach_mul_(grads, 1.0 / micro)
         if measure and (hooked or grads):
             self._observe(grads, micro, m, batch, folded)
         elif self.world_size == 1 and micro == 1 and not measure:
@@ -561,9 +593,6 @@ class AdaptiveDataParallel(nn.Module):
 
     def close(self) -> None:
         """Stop the background reporter (also done at interpreter exit: the thread is a daemon)."""
-        for handle in self._average_hooks:
-            handle.remove()
-        self._average_hooks.clear()
         if self.reporter is not None:
             self.reporter.stop()
 

@@ -155,6 +155,40 @@ def test_the_mean_holds_with_two_losses_in_the_last_micro_step() -> None:
     adp.close()
 
 
+class _TwoHeads(nn.Module):
+    """Returns a dict; an auxiliary loss on a hidden layer reaches the parameters too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(DIM, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden = torch.tanh(self.body(x))
+        return {"y": self.head(hidden), "aux": hidden.square().mean()}
+
+
+def test_the_mean_holds_for_dict_outputs_and_auxiliary_losses() -> None:
+    gen = torch.Generator().manual_seed(5)
+    torch.manual_seed(0)
+    model = _TwoHeads()
+    whole = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    adp = AdaptiveDataParallel(model, opt, init_batch_size=8, report=False)
+    x, y = _data(gen, 16)
+
+    def loss(out: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(out["y"], target) + 0.1 * out["aux"]
+
+    with adp.no_sync():
+        loss(adp(x[:8]), y[:8]).backward()
+    loss(adp(x[8:]), y[8:]).backward()
+    ((loss(whole(x[:8]), y[:8]) + loss(whole(x[8:]), y[8:])) / 2).backward()
+    for p, q in zip(model.parameters(), whole.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    opt.step()
+    adp.close()
+
+
 def test_a_wrapper_built_first_in_a_worker_joins_the_job(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
