@@ -226,7 +226,8 @@ def describe_text(v: JobView) -> str:
     if st.conditions:
         lines.append("Conditions:")
         for c in st.conditions:
-            lines.append(f"  {c.type:<10} {c.status:<6} {c.reason} {c.message}".rstrip())
+            said = " ".join(part for part in (c.reason, c.message) if part)
+            lines.append(f"  {c.type:<10} {c.status:<6} {said}".rstrip())
     if v.events:
         lines.append("Events:")
         lines += [f"  {e}" for e in v.events]

@@ -36,6 +36,7 @@ import logging
 import math
 import os
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -245,6 +246,7 @@ class AdaptiveDataParallel(nn.Module):
         # finished (see _average_at_backward_end), or one such averaging is queued.
         self._averaged = False
         self._average_queued = False
+        self._warned_mid_step = False
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
         self._patch_optimizer()
         self._register_checkpoint()
@@ -472,6 +474,16 @@ class AdaptiveDataParallel(nn.Module):
         return scale.double().reciprocal().square().float()
 
     def _optimizer_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if not self._new_cycle and not self._warned_mid_step:
+            # The last forward was a micro-batch before the step's last: stepping now updates on
+            # part of the batch and counts it as a whole step (progress, LR schedule).
+            self._warned_mid_step = True
+            warnings.warn(
+                "optimizer.step() after a micro-batch that is not the last of its step: with "
+                "gradient accumulation, step only when adl.init_process_group().is_sync_step "
+                "is true",
+                stacklevel=3,
+            )
         micro = max(self._micro, 1)
         m = self._cycle_bsz or 1
         batch = self.world_size * m * micro

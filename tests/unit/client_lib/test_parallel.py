@@ -189,6 +189,25 @@ def test_the_mean_holds_for_dict_outputs_and_auxiliary_losses() -> None:
     adp.close()
 
 
+def test_stepping_in_the_middle_of_an_accumulating_step_warns_once() -> None:
+    gen = torch.Generator().manual_seed(6)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    adp = AdaptiveDataParallel(model, opt, init_batch_size=8, report=False)
+    x, y = _data(gen, 16)
+    for _ in range(2):
+        with adp.no_sync():
+            nn.functional.mse_loss(adp(x[:8]), y[:8]).backward()
+        if _ == 0:
+            with pytest.warns(UserWarning, match="is_sync_step"):
+                opt.step()
+        else:
+            opt.step()  # once is enough
+        nn.functional.mse_loss(adp(x[8:]), y[8:]).backward()
+        opt.step()
+    adp.close()
+
+
 def test_a_wrapper_built_first_in_a_worker_joins_the_job(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
