@@ -148,6 +148,19 @@ def test_a_standby_replica_comes_with_a_disruption_budget() -> None:
     assert pdb["spec"]["selector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
 
 
+def test_two_namespaced_releases_of_one_name_do_not_collide() -> None:
+    def names(namespace: str) -> set[tuple[str, str | None, str]]:
+        values = {"namespaced": True, "watchNamespaces": ["shared-team"]}
+        docs = render(values, namespace=namespace)
+        return {
+            (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+            for d in docs
+            if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+        }
+
+    assert names("team-a").isdisjoint(names("team-b"))
+
+
 def test_health_port_and_an_existing_service_account() -> None:
     values = {"api": {"healthPort": 9001}, "serviceAccount": {"create": False, "name": "ops"}}
     docs = render(values)
