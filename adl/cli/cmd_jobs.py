@@ -286,25 +286,26 @@ def register(app: typer.Typer) -> None:
         backend: BackendOpt = None,
     ) -> None:
         """Submit a job: adl submit NAME -- python train.py, or adl submit -f job.yaml."""
+        # the flags that describe the job (a manifest carries them instead), as given
+        flags = {
+            "--min": min_replicas,
+            "--max": max_replicas,
+            "--env": env,
+            "--workdir": workdir,
+            "--max-restarts": max_restarts,
+            "--image": image,
+            "--gpus-per-replica": gpus_per_replica,
+            "--storage-class": storage_class,
+            "--claim": claim,
+            "--checkpoint-size": checkpoint_size,
+            "--priority": priority,
+            "--weight": weight,
+        }
+        given = [flag for flag, value in flags.items() if value is not None]
         try:
             if file is not None:
                 if command:
                     raise ValueError("give either -f FILE or a command, not both")
-                flags = {
-                    "--min": min_replicas,
-                    "--max": max_replicas,
-                    "--env": env,
-                    "--workdir": workdir,
-                    "--max-restarts": max_restarts,
-                    "--image": image,
-                    "--gpus-per-replica": gpus_per_replica,
-                    "--storage-class": storage_class,
-                    "--claim": claim,
-                    "--checkpoint-size": checkpoint_size,
-                    "--priority": priority,
-                    "--weight": weight,
-                }
-                given = [flag for flag, value in flags.items() if value is not None]
                 if given:
                     raise ValueError(
                         f"{', '.join(given)}: set these in the manifest; with -f only the name "
@@ -344,13 +345,8 @@ def register(app: typer.Typer) -> None:
         b = _backend(backend)
         from adl.cli.backends import BackendKind, resolve_kind
 
-        cluster_only = {
-            "--image": image,
-            "--storage-class": storage_class,
-            "--claim": claim,
-            "--checkpoint-size": checkpoint_size,
-        }
-        unused = [flag for flag, value in cluster_only.items() if value is not None]
+        cluster_only = ("--image", "--storage-class", "--claim", "--checkpoint-size")
+        unused = [flag for flag in given if flag in cluster_only]
         if unused and resolve_kind(backend) is BackendKind.LOCAL:
             _err.print(f"note: the local backend does not use {', '.join(unused)}", highlight=False)
         try:

@@ -314,9 +314,7 @@ class AdaptiveDataParallel(nn.Module):
         if self._averaged:
             # another backward in the same micro-step (a second loss): back to the sum, and
             # average again once it has added its part
-            grads = [p.grad for p in self._params if p.grad is not None]
-            if grads:
-                torch._foreach_mul_(grads, float(self._micro))
+            self._scale_grads(float(self._micro))
             self._averaged = False
         self._average_queued = True
         # Runs when the whole backward is done (DDP and FSDP finish their work the same way).
@@ -324,10 +322,13 @@ class AdaptiveDataParallel(nn.Module):
 
     def _average_now(self) -> None:
         self._average_queued = False
+        self._scale_grads(1.0 / self._micro)
+        self._averaged = True
+
+    def _scale_grads(self, factor: float) -> None:
         grads = [p.grad for p in self._params if p.grad is not None]
         if grads:
-            torch._foreach_mul_(grads, 1.0 / self._micro)
-        self._averaged = True
+            torch._foreach_mul_(grads, factor)
 
     def _start_cycle(self) -> None:
         self._micro = 0

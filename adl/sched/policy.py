@@ -74,26 +74,14 @@ class _Job:
     replicas: int = 0
     utility: float = 0.0
 
+    @property
+    def gpr(self) -> int:
+        """GPUs per replica (at least 1: a CPU-only job still takes a slot)."""
+        return max(self.info.gpus_per_replica, 1)
+
 
 def _key(placement: Placement) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(placement.items()))
-
-
-def _kept_in_place(
-    jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], previous: Mapping[str, Sequence[str]]
-) -> set[str]:
-    """Jobs that may not be preempted and whose previous placement the solvers commit as it is
-    (in the solvers' order: submission, then name)."""
-    cluster = Cluster(nodes)
-    kept: set[str] = set()
-    for job in sorted(jobs, key=lambda j: (j.submit_order, j.name)):
-        names = previous.get(job.name)
-        placement = cluster.from_names(names) if names and not job.preemptible else None
-        gpr = max(job.gpus_per_replica, 1)
-        if placement and cluster.fits(placement, gpr):
-            cluster.take(job.name, placement, gpr)
-            kept.add(job.name)
-    return kept
 
 
 class AdlPolicy:
@@ -205,7 +193,7 @@ class AdlPolicy:
 
     def _best_move(self, job: _Job, cluster: Cluster) -> tuple[float, Placement] | None:
         """Best value-per-GPU move for a job given the cluster as it is now."""
-        gpr = max(job.info.gpus_per_replica, 1)
+        gpr = job.gpr
         best: tuple[float, Placement] | None = None
         current = job.placement
         cluster.release(job.info.name, current, gpr)
@@ -230,7 +218,7 @@ class AdlPolicy:
         return best
 
     def _commit(self, job: _Job, placement: Placement, cluster: Cluster) -> None:
-        gpr = max(job.info.gpus_per_replica, 1)
+        gpr = job.gpr
         cluster.release(job.info.name, job.placement, gpr)
         cluster.take(job.info.name, placement, gpr)
         job.placement = placement
@@ -295,11 +283,8 @@ class AdlPolicy:
                 prev = {job.name: list(previous.get(job.name) or []) for job in members}
                 for job in held:
                     prev[job.name] = answer.get(job.name) or list(previous[job.name])
-                # A lower-tier job whose old placement is gone (a node left or shrank) holds
-                # nothing here: it must not compete in this tier as an ordinary job.
-                kept = _kept_in_place([*members, *held], nodes, prev)
-                held = [job for job in held if job.name in kept]
-                alloc = self._optimize_tier([*members, *held], nodes, prev)
+                names = frozenset(job.name for job in held)
+                alloc = self._optimize_tier([*members, *held], nodes, prev, names)
                 answer.update({job.name: alloc.get(job.name, []) for job in members})
             return answer
         finally:
@@ -310,9 +295,20 @@ class AdlPolicy:
         jobs: Sequence[JobInfo],
         nodes: Sequence[NodeInfo],
         previous: Mapping[str, list[str]],
+        held: frozenset[str] = frozenset(),
     ) -> Allocation:
-        """One objective over ``jobs``: greedy, local search, exact counts."""
+        """One objective over ``jobs``: greedy, local search, exact counts. ``held`` jobs (of
+        other tiers, marked not preemptible) only keep their placement; one whose placement is
+        gone (a node left or shrank) is left out rather than compete as an ordinary job."""
         prepared = self._prepare(jobs, Cluster(nodes), previous)
+        if held:
+            probe = [replace(job) for job in prepared]
+            self._keep_unpreemptible(probe, Cluster(nodes))
+            prepared = [
+                job
+                for job, tried in zip(prepared, probe, strict=True)
+                if job.info.name not in held or tried.replicas
+            ]
         total, work, cluster = self._solve(prepared, nodes, frozenset())
         # Local search: the greedy hands GPUs out one job at a time, so a big running job that
         # lost a few GPUs to others restarts whole without that loss ever being weighed against
@@ -334,9 +330,8 @@ class AdlPolicy:
     def _count_values(self, job: _Job, max_gpus: int, free: int) -> tuple[np.ndarray, int]:
         """Value of each replica count 0..K on a packed placement (restart penalties included),
         and the count at which keeping last round's placement is worth more than moving."""
-        gpr = max(job.info.gpus_per_replica, 1)
-        per_node = max(max_gpus // gpr, 1)
-        top = min(job.cap, free // gpr)
+        per_node = max(max_gpus // job.gpr, 1)
+        top = min(job.cap, free // job.gpr)
         values = np.zeros(max(top, 0) + 1)
         values[1 : min(job.info.min_replicas, top + 1)] = -np.inf  # below its minimum
         keep = -1
@@ -356,10 +351,7 @@ class AdlPolicy:
         costing ``count x gpus_per_replica``), then placed (jobs that keep last round's placement
         first, then the most GPUs), then leftovers by the greedy."""
         cluster = Cluster(nodes)
-        for job in work:
-            gpr = max(job.info.gpus_per_replica, 1)
-            if not job.info.preemptible and job.prev and cluster.fits(job.prev, gpr):
-                self._commit(job, job.prev, cluster)
+        self._keep_unpreemptible(work, cluster)
         kept = [job.replicas > 0 for job in work]  # they stay as they are, as in the greedy
         free = cluster.total_free
         open_jobs = [i for i, j in enumerate(work) if j.replicas == 0]
@@ -370,7 +362,6 @@ class AdlPolicy:
         choices: list[np.ndarray] = []
         keeps: dict[int, int] = {}
         for idx in open_jobs:
-            gpr = max(work[idx].info.gpus_per_replica, 1)
             values, keep = self._count_values(work[idx], cluster.max_gpus, free)
             if keep >= 0:
                 keeps[idx] = keep
@@ -381,7 +372,7 @@ class AdlPolicy:
                 if values[count] <= worth:
                     continue  # dominated: a smaller count is worth as much
                 worth = values[count]
-                gpus = count * gpr
+                gpus = count * work[idx].gpr
                 cand = np.full(free + 1, -np.inf)
                 cand[gpus:] = best[: free + 1 - gpus] + values[count]
                 better = cand > new + 1e-15
@@ -395,27 +386,23 @@ class AdlPolicy:
             idx = open_jobs[pos]
             count = int(choices[pos][c])
             counts[idx] = count
-            c -= count * max(work[idx].info.gpus_per_replica, 1)
+            c -= count * work[idx].gpr
         # Place: kept placements first, then the most GPUs (fewest nodes, where they were).
         rest = []
         for idx, count in counts.items():
             job = work[idx]
-            gpr = max(job.info.gpus_per_replica, 1)
-            if count and keeps.get(idx) == count and job.prev and cluster.fits(job.prev, gpr):
+            if count and keeps.get(idx) == count and job.prev and cluster.fits(job.prev, job.gpr):
                 self._commit(job, job.prev, cluster)
             elif count:
                 rest.append(idx)
-
-        def size(i: int) -> int:
-            return counts[i] * max(work[i].info.gpus_per_replica, 1)
-
-        rest.sort(key=lambda i: (-size(i), work[i].info.submit_order, work[i].info.name))
+        rest.sort(
+            key=lambda i: (-counts[i] * work[i].gpr, work[i].info.submit_order, work[i].info.name)
+        )
         for idx in rest:
             job = work[idx]
-            gpr = max(job.info.gpus_per_replica, 1)
             prefer = list(job.prev or ())
             for count in range(counts[idx], max(job.info.min_replicas, 1) - 1, -1):
-                placed = cluster.place(count, gpr, prefer)
+                placed = cluster.place(count, job.gpr, prefer)
                 if placed is not None:
                     self._commit(job, placed, cluster)
                     break
@@ -461,14 +448,20 @@ class AdlPolicy:
         """The lazy marginal-gain greedy over prepared, unassigned jobs (assigned in place);
         ``pinned`` jobs keep last round's placement."""
         cluster = Cluster(nodes)
-        # Jobs that may not be preempted keep what they have; then pinned ones, where it is free.
-        first = [job for job in work if not job.info.preemptible]
-        for job in [*first, *(j for j in work if j.info.preemptible and j.info.name in pinned)]:
-            gpr = max(job.info.gpus_per_replica, 1)
-            if job.prev and cluster.fits(job.prev, gpr):
+        self._keep_unpreemptible(work, cluster)
+        # then pinned ones, where their placement is still free
+        for job in (j for j in work if j.info.preemptible and j.info.name in pinned):
+            if job.prev and cluster.fits(job.prev, job.gpr):
                 self._commit(job, job.prev, cluster)
         self._fill(work, cluster, [job.replicas > 0 for job in work])
         return sum(job.utility for job in work), work, cluster
+
+    def _keep_unpreemptible(self, work: list[_Job], cluster: Cluster) -> None:
+        """Jobs that may not be preempted keep last round's placement where it still fits (in
+        ``work``'s order: submission, then name). Every solver starts here."""
+        for job in work:
+            if not job.info.preemptible and job.prev and cluster.fits(job.prev, job.gpr):
+                self._commit(job, job.prev, cluster)
 
     def _fill(self, work: list[_Job], cluster: Cluster, fixed: list[bool]) -> None:
         """The lazy greedy: hand out free GPUs by best value per GPU (``fixed`` jobs stay)."""

@@ -107,14 +107,27 @@ def test_accumulation_averages_micro_batches_and_uses_the_first_micro_gradient()
     assert adp.gns.updates == 1  # first micro-gradient (b=8) against the mean (B=24)
 
 
+def _wrapped_and_whole(
+    model: nn.Module,
+) -> tuple[nn.Module, torch.optim.Optimizer, AdaptiveDataParallel]:
+    """A copy of ``model`` to compute whole-batch reference gradients with, and ``model``
+    wrapped for accumulation (B0 = 8)."""
+    whole = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return whole, opt, AdaptiveDataParallel(model, opt, init_batch_size=8, report=False)
+
+
+def _assert_same_grads(model: nn.Module, whole: nn.Module) -> None:
+    for p, q in zip(model.parameters(), whole.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
 def test_with_accumulation_the_gradients_are_the_mean_before_the_step() -> None:
     # What runs between backward() and step() (clipping, norm logging) sees the batch's mean
     # gradient, as it does on several replicas where the comm hook averages: not the sum.
     gen = torch.Generator().manual_seed(3)
     model = _model()
-    whole = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    adp = AdaptiveDataParallel(model, opt, init_batch_size=8, report=False)
+    whole, opt, adp = _wrapped_and_whole(model)
     x, y = _data(gen, 24)
     for _ in range(2):  # the second optimizer step too (the bookkeeping resets per step)
         opt.zero_grad()
@@ -125,8 +138,7 @@ def test_with_accumulation_the_gradients_are_the_mean_before_the_step() -> None:
         whole.load_state_dict(model.state_dict())
         whole.zero_grad()
         nn.functional.mse_loss(whole(x), y).backward()  # equal chunks: mean of micro-losses
-        for p, q in zip(model.parameters(), whole.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, q.grad)
+        _assert_same_grads(model, whole)
         before = _flat(model)
         opt.step()
         assert not torch.equal(before, _flat(model))
@@ -138,9 +150,7 @@ def test_the_mean_holds_with_two_losses_in_the_last_micro_step() -> None:
     # contributions to each gradient: the mean counts each once.
     gen = torch.Generator().manual_seed(4)
     model = _model()
-    whole = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    adp = AdaptiveDataParallel(model, opt, init_batch_size=8, report=False)
+    whole, _, adp = _wrapped_and_whole(model)
     x, y = _data(gen, 16)
     with adp.no_sync():
         nn.functional.mse_loss(adp(x[:8]), y[:8]).backward()
@@ -150,8 +160,7 @@ def test_the_mean_holds_with_two_losses_in_the_last_micro_step() -> None:
     whole.zero_grad()
     loss = nn.functional.mse_loss(whole(x[:8]), y[:8]) + nn.functional.mse_loss(whole(x[8:]), y[8:])
     (loss + whole(x[8:]).abs().mean()).div(2).backward()
-    for p, q in zip(model.parameters(), whole.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad)
+    _assert_same_grads(model, whole)
     adp.close()
 
 
@@ -171,9 +180,7 @@ def test_the_mean_holds_for_dict_outputs_and_auxiliary_losses() -> None:
     gen = torch.Generator().manual_seed(5)
     torch.manual_seed(0)
     model = _TwoHeads()
-    whole = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    adp = AdaptiveDataParallel(model, opt, init_batch_size=8, report=False)
+    whole, opt, adp = _wrapped_and_whole(model)
     x, y = _data(gen, 16)
 
     def loss(out: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
@@ -183,8 +190,7 @@ def test_the_mean_holds_for_dict_outputs_and_auxiliary_losses() -> None:
         loss(adp(x[:8]), y[:8]).backward()
     loss(adp(x[8:]), y[8:]).backward()
     ((loss(whole(x[:8]), y[:8]) + loss(whole(x[8:]), y[8:])) / 2).backward()
-    for p, q in zip(model.parameters(), whole.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad)
+    _assert_same_grads(model, whole)
     opt.step()
     adp.close()
 
