@@ -37,6 +37,20 @@ def best_goodput(
     n = np.atleast_1d(np.asarray(num_nodes, dtype=np.float64))
     k = np.atleast_1d(np.asarray(num_replicas, dtype=np.float64))
     n, k = np.broadcast_arrays(n, k)
+    return best_goodput_at_sync(perf, grad, bounds, k, sync_time(perf, n, k)[:, None])[:, 0]
+
+
+def best_goodput_at_sync(
+    perf: PerfParams,
+    grad: GradParams,
+    bounds: BatchBounds,
+    num_replicas: NDArray[np.float64],
+    sync_s: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """:func:`best_goodput` for each replica count (rows) under each of several gradient-sync
+    times (``sync_s``, one column per variant): the batch search depends on the replica count
+    only, so the variants (one node or several, fitted or optimistic sync) share it."""
+    k = num_replicas
     b0, bmax = float(bounds.init_batch_size), float(bounds.max_batch_size)
     lo, hi = (float(x) for x in bounds.local_bsz_bounds)
     grid = b0 * (bmax / b0) ** _STEPS
@@ -74,8 +88,18 @@ def best_goodput(
         & (k[:, None] > 0)
     )
     tc = perf.alpha_c + perf.beta_c * m
-    ts = sync_time(perf, n, k)[:, None]
-    step = s * tc + overlap(tc, np.broadcast_to(ts, tc.shape), perf.gamma)
-    good = gain(grad, batch / b0) / step
-    good = np.where(feasible, good, 0.0)
-    return np.asarray(good.max(axis=1), dtype=np.float64)
+    useful = gain(grad, batch / b0)
+    # The overlap (two powers per candidate) dominates the cost. The last 2 * BATCH_POINTS + 1
+    # candidates have the same micro-batch per row (hi, hi, lo), so two values per row do.
+    split = 4 * BATCH_POINTS
+    compute = s * tc
+    sync = np.asarray(sync_s, dtype=np.float64)
+    out = np.empty(sync.shape, dtype=np.float64)
+    for v in range(sync.shape[1]):
+        ts = sync[:, v : v + 1]
+        head = overlap(tc[:, :split], np.broadcast_to(ts, (len(k), split)), perf.gamma)
+        ends = overlap(tc[:, [split, -1]], np.broadcast_to(ts, (len(k), 2)), perf.gamma)
+        same = np.broadcast_to(ends[:, :1], (len(k), 2 * BATCH_POINTS))
+        step = compute + np.concatenate([head, same, ends[:, 1:]], axis=1)
+        out[:, v] = np.where(feasible, useful / step, 0.0).max(axis=1)
+    return out

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from adl.sched.policy_goodput import best_goodput
+from adl.sched.goodput import sync_time
+from adl.sched.policy_goodput import best_goodput_at_sync
 from adl.sched.policy_optimism import frozen_sync
 from adl.sched.speedup import SpeedupFunction
 from adl.sched.types import SpeedupFn
@@ -61,13 +62,10 @@ class SpeedupTable:
     def _extend_rows(self, upto: int) -> None:
         assert self.rows is not None and isinstance(self.fn, SpeedupFunction)
         ks = np.arange(self.covered + 1, upto + 1, dtype=np.float64)
-        ns = np.concatenate([np.ones_like(ks), np.full_like(ks, 2.0)])
-        good = _model_goodput(self.fn, self.profiled, ns, np.concatenate([ks, ks]))
+        good = _model_goodput(self.fn, self.profiled, ks)  # columns: one node, several
         if self.covered == 0:  # normalize by the model's own best single-replica goodput
-            self.base = float(good[0]) if good[0] > 0 else self.fn.base_goodput
-        self.rows[:, self.covered + 1 : upto + 1] = good.reshape(2, len(ks)) / max(
-            self.base, 1e-300
-        )
+            self.base = float(good[0, 0]) if good[0, 0] > 0 else self.fn.base_goodput
+        self.rows[:, self.covered + 1 : upto + 1] = good.T / max(self.base, 1e-300)
         self.covered = upto
 
     def _extend(self, upto: int) -> None:
@@ -80,16 +78,18 @@ class SpeedupTable:
         self.covered = upto
 
 
-def _model_goodput(
-    fn: SpeedupFunction, profiled: int, ns: np.ndarray, ks: np.ndarray
-) -> np.ndarray:
-    """Best goodput of the job's model at (nodes, replicas); optimistic above ``profiled``."""
+def _model_goodput(fn: SpeedupFunction, profiled: int, ks: np.ndarray) -> np.ndarray:
+    """Best goodput of the job's model at ``ks`` replicas on one node (column 0) and on
+    several (column 1); optimistic above ``profiled``."""
     gf = fn.goodput_fn
-    good = best_goodput(gf.perf, gf.grad, gf.bounds, ns, ks)
+    one, several = np.ones_like(ks), np.full_like(ks, 2.0)
+    sync = np.stack([sync_time(gf.perf, one, ks), sync_time(gf.perf, several, ks)], axis=1)
     above = ks > profiled
     if profiled > 0 and np.any(above):
-        hopeful = best_goodput(
-            frozen_sync(gf.perf, profiled), gf.grad, gf.bounds, ns[above], ks[above]
-        )
-        good[above] = np.maximum(good[above], hopeful)
-    return good
+        # Goodput falls as sync time grows, so valuing a row at the faster of the two sync
+        # times is the better of the two models there, in one search.
+        frozen = frozen_sync(gf.perf, profiled)
+        for col, nodes in enumerate((one, several)):
+            hopeful = sync_time(frozen, nodes[above], ks[above])
+            sync[above, col] = np.minimum(sync[above, col], hopeful)
+    return best_goodput_at_sync(gf.perf, gf.grad, gf.bounds, ks, sync)
