@@ -64,10 +64,18 @@ class ReplicaState:
     message: str = ""
     terminating: bool = False  # a stop was already requested
     since: datetime | None = None  # when it entered its current phase/reason (for timeouts)
+    #: not running, yet still holding its GPUs until deleted: a Kubernetes pod whose container
+    #: could not start (e.g. ImagePullBackOff) stays bound to its node, and may start later
+    holds: bool = False
 
     @property
     def alive(self) -> bool:
         return self.phase.alive
+
+    @property
+    def present(self) -> bool:
+        """Running, about to, or holding resources: must be stopped before the next group."""
+        return self.phase.alive or self.holds
 
     @classmethod
     def exited(cls, group: int, rank: int, code: int, message: str = "") -> ReplicaState:
@@ -96,8 +104,8 @@ class ObservedWorkers:
     def others(self, group: int) -> list[ReplicaState]:
         return [r for r in self.replicas if r.group != group]
 
-    def any_alive(self) -> bool:
-        return any(r.alive for r in self.replicas)
+    def any_present(self) -> bool:
+        return any(r.present for r in self.replicas)
 
 
 @dataclass(frozen=True)
@@ -171,8 +179,8 @@ class _Step:
         st.phase, st.reason, st.message = phase, reason, message
 
     def stop(self, replicas: Sequence[ReplicaState]) -> None:
-        """DeleteGroup for each group with a live replica that was not yet asked to stop."""
-        for group in sorted({r.group for r in replicas if r.alive and not r.terminating}):
+        """DeleteGroup for each group with a present replica that was not yet asked to stop."""
+        for group in sorted({r.group for r in replicas if r.present and not r.terminating}):
             self.actions.append(DeleteGroup(self.job, group, self.grace))
 
     def finish(self) -> list[Action]:
@@ -365,7 +373,7 @@ def step(
     if st.phase in (Phase.PENDING, Phase.RESTARTING) or st.group == 0:
         if st.phase == Phase.RESTARTING and _succeeded(current):
             s.phase(Phase.SUCCEEDED, "Succeeded", "workers finished while being stopped")
-        elif observed.any_alive():
+        elif observed.any_present():
             s.stop(current)  # wait for every replica to exit before the next group
         else:
             _start_group(s)
@@ -376,6 +384,6 @@ def step(
 
 
 def teardown(job: str, spec: AdaptiveJobSpec, observed: ObservedWorkers) -> list[Action]:
-    """Actions for a deleted job: stop every live group."""
-    groups = sorted({r.group for r in observed.replicas if r.alive and not r.terminating})
+    """Actions for a deleted job: stop every group with a present replica."""
+    groups = sorted({r.group for r in observed.replicas if r.present and not r.terminating})
     return [DeleteGroup(job, g, spec.termination_grace_period_seconds) for g in groups]

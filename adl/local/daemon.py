@@ -487,14 +487,14 @@ class Daemon:
             self.drop_warm(rec)
         if rec.deleted:
             self.execute(rec, teardown(rec.key, rec.spec, observed))
-            if not observed.any_alive():
+            if not observed.any_present():
                 # files first: once the row is gone, nothing of the job is left anywhere (a
                 # daemon killed in between finds the row again and finishes the removal)
                 shutil.rmtree(self.paths(rec).root, ignore_errors=True)
                 self.store.purge(rec.key)
                 self._round_due = True
             return
-        if rec.status.phase.finished and not observed.any_alive():
+        if rec.status.phase.finished and not observed.any_present():
             return
         was_finished = rec.status.phase.finished
         status = rec.status_with_hints()

@@ -50,6 +50,7 @@ class PodState:
     deleting: bool = False
     node: str = ""
     since: datetime | None = None  # when the current reason (e.g. Unschedulable) began
+    holds: bool = False  # failed to start, but still bound to its node (see ReplicaState)
 
 
 def _trainer_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -103,6 +104,7 @@ def classify(pod: Mapping[str, Any]) -> PodState:
         return PodState(
             **base,
             phase=PodPhase.FAILED,
+            holds=True,
             reason=FATAL_WAITING[waiting["reason"]],
             message=f"{waiting['reason']}: {waiting.get('message', '')}".strip(": "),
         )
@@ -163,6 +165,7 @@ def observed_workers(
                 message=pod.message,
                 terminating=pod.deleting,
                 since=pod.since,
+                holds=pod.holds,
             )
             for r in ranks
         ]

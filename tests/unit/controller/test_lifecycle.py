@@ -465,6 +465,28 @@ def test_full_resize_cycle_never_overlaps_groups() -> None:
     assert st.restarts == {RestartCause.RESIZE: 1}
 
 
+def test_a_start_that_failed_but_holds_its_gpus_is_deleted_before_the_next_group() -> None:
+    """A pod that never started (ImagePullBackOff) still holds its node's GPUs and may start
+    later: the failure restart deletes it, and the next group waits until it is gone."""
+    held = ReplicaState(1, 1, F, reason="ImagePullError", message="pull failed", holds=True)
+    sp = spec()
+    st, acts = _drive(sp, status(Phase.STARTING), ObservedWorkers((held,)), TWO)
+    assert st.phase == Phase.RESTARTING and st.restart_count(RestartCause.FAILURE) == 1
+    assert DeleteGroup(JOB, 1, 30) in acts
+    later = NOW + timedelta(hours=1)  # past the backoff
+    deleting = ObservedWorkers((ReplicaState(1, 1, F, holds=True, terminating=True),))
+    st, acts = _drive(sp, st, deleting, TWO, later)
+    assert not any(isinstance(a, CreateGroup) for a in acts)
+    st, acts = _drive(sp, st, NONE, TWO, later)
+    assert [a.group for a in acts if isinstance(a, CreateGroup)] == [2]
+    # the same pod of a job that has failed for good is deleted too
+    st = status(Phase.STARTING, restarts={RestartCause.FAILURE: 2})
+    st, acts = _drive(sp, st, ObservedWorkers((held,)), TWO)
+    assert st.phase == Phase.FAILED and DeleteGroup(JOB, 1, 30) in acts
+    st, acts = _drive(sp, st, ObservedWorkers((held,)), TWO)
+    assert DeleteGroup(JOB, 1, 30) in acts
+
+
 def test_stale_group_alive_is_deleted_even_when_running() -> None:
     observed = both(obs(1, R), obs(2, R, R))
     out = step(JOB, spec(), status(Phase.RUNNING, group=2), observed, TWO, NOW)

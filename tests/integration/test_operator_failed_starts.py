@@ -1,0 +1,93 @@
+"""A pod that could not start (ImagePullBackOff) stays bound to its node with its GPUs: the
+operator deletes it when it restarts the job or gives up, so two groups never overlap and a
+failed job holds nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes import client
+from operator_harness import *  # noqa: F403
+from operator_harness import Operator, ScriptedPolicy, eventually, objects
+from test_operator_lifecycle import KEY, NS, job_body, status, submit
+
+from adl.operator.store import MERGE, api_client
+
+
+async def image_pull_backoff(name: str) -> None:
+    """What the kubelet reports while it retries a failing pull: the pod is bound to its node
+    (its GPUs are reserved) and stays Pending; kubelet keeps retrying."""
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "registry timeout"}}
+    body = {
+        "spec": {"nodeName": "node-a"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "state": waiting,
+                    "image": "train:1",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                }
+            ],
+        },
+    }
+    core = client.CoreV1Api(api_client())
+    await asyncio.to_thread(core.patch_namespaced_pod_status, name, NS, body, _content_type=MERGE)
+
+
+def pod_requests(k8s: Any) -> list[tuple[int, str, str]]:
+    out = []
+    for r in list(k8s):
+        if r.resource is None or r.resource.plural != "pods":
+            continue
+        if r.method == "POST" and isinstance(r.data, dict):
+            out.append((r.id, "POST", r.data["metadata"]["name"]))
+        elif r.method == "DELETE":
+            out.append((r.id, "DELETE", r.name))
+    return out
+
+
+async def test_image_pull_backoff_pod_is_never_deleted_and_overlaps_next_group(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
+) -> None:
+    from adl.controller.lifecycle import Timing
+    from adl.operator import handlers
+
+    monkeypatch.setattr(handlers.CONFIG, "timing", Timing(backoff_base_s=0.5))
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body(maxRestarts=1))
+    await eventually(lambda: "train-g1-0" in objects(k8s, "pods"), what="g1-0")
+    await image_pull_backoff("train-g1-0")
+
+    # the failure is counted and, after the backoff, group 2 is created ...
+    await eventually(lambda: "train-g2-0" in objects(k8s, "pods"), what="group 2 created")
+    await asyncio.sleep(1.0)
+    reqs = pod_requests(k8s)
+    # ... and group 1's pod (bound to node-a, holding its GPU, kubelet still pulling) was
+    # deleted before it.
+    create_g2 = next(i for i, m, n in reqs if m == "POST" and n == "train-g2-0")
+    deleted_g1 = [i for i, m, n in reqs if m == "DELETE" and n == "train-g1-0"]
+    assert deleted_g1 and deleted_g1[0] < create_g2, (
+        "group 2 was created while group 1's pod was never deleted: "
+        f"pods={sorted(objects(k8s, 'pods'))}, requests={reqs}"
+    )
+
+
+async def test_failed_job_leaves_image_pull_backoff_pod_holding_gpus(
+    k8s: Any, policy: ScriptedPolicy, operator: Operator
+) -> None:
+    policy.answer = {KEY: ["node-a"]}
+    await submit(job_body(maxRestarts=0))
+    await eventually(lambda: "train-g1-0" in objects(k8s, "pods"), what="g1-0")
+    await image_pull_backoff("train-g1-0")
+    await eventually(lambda: status(k8s).get("phase") == "Failed", what="Failed")
+    await asyncio.sleep(2.0)  # several ticks and rounds (0.3 s apart)
+    pods = objects(k8s, "pods")
+    assert "train-g1-0" not in pods, (
+        "job is Failed, its GPUs were handed back to the scheduler, yet pod train-g1-0 "
+        "(bound to node-a, requesting nvidia.com/gpu) was never deleted"
+    )
