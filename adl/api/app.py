@@ -36,7 +36,7 @@ async def authorized_job(
     store: ApiStore = request.app.state.store
     job = f"{namespace}/{name}"
     token = bearer_token(authorization)
-    owner = await resolve(store.token_owner(token)) if token is not None else None
+    owner = await resolve(store.token_owner(token, job)) if token is not None else None
     error = check(job, token, owner)
     if error is not None:
         raise error.exception()

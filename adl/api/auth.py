@@ -20,13 +20,18 @@ def generate_token() -> str:
     return secrets.token_urlsafe(TOKEN_BYTES)
 
 
-def find_owner(candidates: Iterable[tuple[str, str]], token: str) -> str | None:
+def find_owner(
+    candidates: Iterable[tuple[str, str]], token: str, prefer: str | None = None
+) -> str | None:
     """The job whose token equals ``token``; compares against every candidate in constant
-    time per comparison, so timing reveals neither which job matched nor how much of it."""
+    time per comparison, so timing reveals neither which job matched nor how much of it.
+
+    ``prefer`` (the job a request names) wins when it matches: a copy of its token (or of
+    the token's hash) on another job must not take its token over."""
     owner = None
     presented = token.encode()
     for job, expected in candidates:
-        if hmac.compare_digest(expected.encode(), presented):
+        if hmac.compare_digest(expected.encode(), presented) and (owner is None or owner != prefer):
             owner = job
     return owner
 

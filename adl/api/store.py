@@ -32,9 +32,10 @@ class JobSnapshot:
 
 
 class ApiStore(Protocol):
-    def token_owner(self, token: str) -> MaybeAwaitable[str | None]:
-        """The job (``namespace/name``) this bearer token belongs to, or None. Compare in
-        constant time (``adl.api.auth.find_owner``)."""
+    def token_owner(self, token: str, job: str) -> MaybeAwaitable[str | None]:
+        """The job (``namespace/name``) this bearer token belongs to, or None; ``job`` (the
+        one the request names) when it is one of them. Compare in constant time
+        (``adl.api.auth.find_owner``)."""
         ...
 
     def put_hints(self, job: str, hints: Hints) -> MaybeAwaitable[None]:

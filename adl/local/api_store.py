@@ -22,8 +22,8 @@ class LocalApiStore:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def token_owner(self, token: str) -> str | None:
-        return find_owner(((r.key, r.token) for r in self.store.jobs()), token)
+    def token_owner(self, token: str, job: str) -> str | None:
+        return find_owner(((r.key, r.token) for r in self.store.jobs()), token, prefer=job)
 
     def put_hints(self, job: str, hints: Hints) -> None:
         try:

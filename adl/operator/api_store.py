@@ -30,6 +30,10 @@ def _status(body: dict[str, Any]) -> AdaptiveJobStatus:
     return AdaptiveJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
 
 
+def _token_hash(body: dict[str, Any]) -> str:
+    return str((body["metadata"].get("annotations") or {}).get(P.ANNOTATION_TOKEN_HASH) or "")
+
+
 class OperatorApiStore:
     """``adl.api.store.ApiStore`` over the Kubernetes API (async: calls run in threads)."""
 
@@ -56,13 +60,13 @@ class OperatorApiStore:
             raise UnknownJob(job)
         return body
 
-    async def token_owner(self, token: str) -> str | None:
+    async def token_owner(self, token: str, job: str) -> str | None:
         digest = hashlib.sha256(token.encode()).hexdigest()
-        candidates = [
-            (job_key(b), (b["metadata"].get("annotations") or {}).get(P.ANNOTATION_TOKEN_HASH))
-            for b in await self._jobs()
-        ]
-        return find_owner(((k, h) for k, h in candidates if h), digest)
+        with contextlib.suppress(UnknownJob):  # the common case: one GET, no list
+            if find_owner([(job, _token_hash(await self._job(job)))], digest) == job:
+                return job
+        # Only to tell another job's token (403) from no job's (401).
+        return find_owner(((job_key(b), _token_hash(b)) for b in await self._jobs()), digest)
 
     async def put_hints(self, job: str, hints: Hints) -> None:
         ns, name = self._split(job)

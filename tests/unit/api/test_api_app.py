@@ -41,8 +41,8 @@ class MemoryStore:
         self.healthy = True
         self.deleted: set[str] = set()
 
-    def token_owner(self, token: str) -> str | None:
-        return find_owner(TOKENS.items(), token)
+    def token_owner(self, token: str, job: str) -> str | None:
+        return find_owner(TOKENS.items(), token, prefer=job)
 
     def put_hints(self, job: str, hints: Hints) -> None:
         if job in self.deleted:
@@ -76,8 +76,8 @@ class MemoryStore:
 class AsyncStore(MemoryStore):
     """Coroutine methods, like the operator's Kubernetes-backed store."""
 
-    async def token_owner(self, token: str) -> str | None:  # type: ignore[override]
-        return MemoryStore.token_owner(self, token)
+    async def token_owner(self, token: str, job: str) -> str | None:  # type: ignore[override]
+        return MemoryStore.token_owner(self, token, job)
 
     async def put_hints(self, job: str, hints: Hints) -> None:  # type: ignore[override]
         MemoryStore.put_hints(self, job, hints)
@@ -259,3 +259,10 @@ def test_tokens_are_unique_and_owner_lookup_is_exact() -> None:
     assert find_owner(table, "abd") == "ns/b"
     assert find_owner(table, "ab") is None
     assert find_owner(table, "") is None
+
+
+def test_the_job_a_request_names_wins_a_duplicate_token() -> None:
+    table = [("ns/a", "same"), ("ns/b", "same"), ("ns/c", "other")]
+    assert find_owner(table, "same", prefer="ns/a") == "ns/a"
+    assert find_owner(table, "same", prefer="ns/b") == "ns/b"
+    assert find_owner(table, "same", prefer="ns/c") == "ns/b"  # 403 for ns/c

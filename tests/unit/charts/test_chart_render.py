@@ -287,7 +287,7 @@ def test_dashboard_metrics_are_really_exported_by_the_api() -> None:
     from adl.models import AdaptiveJobStatus
 
     class Store:
-        def token_owner(self, token: str) -> None:
+        def token_owner(self, token: str, job: str) -> None:
             return None
 
         def put_hints(self, job: str, hints: object) -> None: ...

@@ -1,0 +1,62 @@
+"""The API's token check on Kubernetes: the job a request names is checked first, so a copy of
+its token hash on another job (the annotation is writable by whoever can edit that job) cannot
+take the token over."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+import pytest
+
+from adl.operator.api_store import OperatorApiStore
+
+TOKEN = "victim-token"
+DIGEST = hashlib.sha256(TOKEN.encode()).hexdigest()
+
+
+def job(ns: str, name: str, digest: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "annotations": {"adl.dev/token-sha256": digest},
+        },
+        "spec": {},
+    }
+
+
+class Jobs:
+    """The two reads the API store makes, counted."""
+
+    def __init__(self, bodies: list[dict[str, Any]]) -> None:
+        self.bodies = bodies
+        self.lists = 0
+
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        self.lists += 1
+        return copy.deepcopy(self.bodies)
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        for b in self.bodies:
+            if (b["metadata"]["namespace"], b["metadata"]["name"]) == (namespace, name):
+                return copy.deepcopy(b)
+        return None
+
+
+@pytest.mark.parametrize("victim_first", [True, False])
+async def test_a_copied_token_hash_does_not_take_the_token_over(victim_first: bool) -> None:
+    victim, clone = job("team-a", "victim", DIGEST), job("team-b", "clone", DIGEST)
+    jobs = Jobs([victim, clone] if victim_first else [clone, victim])
+    api = OperatorApiStore(jobs)  # type: ignore[arg-type]
+    assert await api.token_owner(TOKEN, "team-a/victim") == "team-a/victim"
+    assert jobs.lists == 0  # the named job's own hash answered: no list of every job
+
+
+async def test_another_jobs_token_is_told_apart_from_no_jobs_token() -> None:
+    jobs = Jobs([job("team-a", "victim", DIGEST), job("team-b", "other", "0" * 64)])
+    api = OperatorApiStore(jobs)  # type: ignore[arg-type]
+    assert await api.token_owner(TOKEN, "team-b/other") == "team-a/victim"  # 403
+    assert await api.token_owner("nobody's", "team-b/other") is None  # 401
+    assert await api.token_owner(TOKEN, "team-b/gone") == "team-a/victim"
