@@ -8,6 +8,7 @@ thread. Run with ``python -m adl.operator`` (which also serves the API) or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
@@ -29,6 +31,7 @@ from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import pods as P
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.observe import (
+    PodPhase,
     PodState,
     classify_all,
     finished_leftovers,
@@ -88,6 +91,15 @@ class RoundStats:
     due: bool = False
 
 
+#: answers to a pod create that no retry will change: invalid (400, 422) or forbidden (403:
+#: a ResourceQuota, an admission webhook, RBAC)
+REFUSED_STATUSES = (400, 403, 422)
+
+
+class _Refused(Exception):
+    """A pod of the group was refused; the reconcile starts over to act on it."""
+
+
 class Runtime:
     """Per-run state kept in kopf's memo: the API client, one lock per job, the round."""
 
@@ -99,6 +111,10 @@ class Runtime:
         self.rounds = RoundStats()
         self.exiting = False
         self.reconciled: dict[str, float] = {}  # job key -> monotonic time of the last reconcile
+        #: job key -> the pod of its current group that the cluster refused to create, seen by
+        #: the controller as a failed start (kept in memory: after an operator restart the
+        #: create is simply tried, and refused, once more)
+        self.refused: dict[str, PodState] = {}
 
     def lock(self, key: str) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -184,17 +200,24 @@ async def _execute(
             for index in pod_indices(alloc, action.ranks):
                 node, count = slots[index]
                 env = P.worker_env(job, action.group, alloc, index, CONFIG.api_url)
-                manifest = P.build_pod(
-                    job,
-                    spec,
-                    group=action.group,
-                    index=index,
-                    node=node,
-                    replicas=count,
-                    env=env,
-                    resource=CONFIG.gpu_resource,
-                )
-                await asyncio.to_thread(rt.store.create, manifest)
+                try:
+                    manifest = P.build_pod(
+                        job,
+                        spec,
+                        group=action.group,
+                        index=index,
+                        node=node,
+                        replicas=count,
+                        env=env,
+                        resource=CONFIG.gpu_resource,
+                    )
+                    await asyncio.to_thread(rt.store.create, manifest)
+                except (ValueError, ApiException) as exc:
+                    refused = _refused_pod(job, action.group, index, exc)
+                    if refused is None:
+                        raise
+                    rt.refused[f"{job.namespace}/{job.name}"] = refused
+                    raise _Refused from exc
         elif isinstance(action, DeleteGroup):
             for pod in pods:
                 if pod.group == action.group and not pod.deleting:
@@ -203,6 +226,34 @@ async def _execute(
                     )
         elif isinstance(action, EmitEvent):
             _event(body, action.type, action.reason, action.message)
+
+
+def _refused_pod(job: P.JobRef, group: int, index: int, exc: Exception) -> PodState | None:
+    """The failed start a refused pod create stands for; None for errors worth retrying."""
+    if isinstance(exc, ApiException):
+        if exc.status not in REFUSED_STATUSES:
+            return None
+        detail = exc.reason or ""
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            detail = json.loads(str(exc.body)).get("message") or detail
+        reason, message = "PodRejected", f"the cluster refused pod {index}: {detail}"
+    else:
+        reason, message = "InvalidPod", f"pod {index} cannot be built: {exc}"
+    name = P.pod_name(job.name, group, index)
+    return PodState(name, group, index, PodPhase.FAILED, reason=reason, message=message)
+
+
+def _with_refused(rt: Runtime, key: str, group: int, pods: list[PodState]) -> list[PodState]:
+    """``pods`` plus the current group's refused pod, if any (older groups' are forgotten)."""
+    refused = rt.refused.get(key)
+    if refused is None:
+        return pods
+    if refused.group != group:
+        del rt.refused[key]
+        return pods
+    if any(p.group == group and p.index == refused.index for p in pods):
+        return pods
+    return [*pods, refused]
 
 
 async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationError) -> None:
@@ -253,15 +304,15 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 await _fail_invalid(rt, body, exc)
                 return False
             raw_pods = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
-            pods = classify_all(raw_pods)
             status = _status_of(body)
-            observed = observed_workers(pods, status.group, status.allocation)
             key = f"{namespace}/{name}"
+            pods = _with_refused(rt, key, status.group, classify_all(raw_pods))
+            observed = observed_workers(pods, status.group, status.allocation)
             desired = desired_allocation(body)
             actions = step(key, spec, status, observed, desired, _now(), CONFIG.timing)
             try:
                 await _execute(rt, body, spec, pods, actions)
-            except Conflict:
+            except (Conflict, _Refused):
                 continue
             for pod in finished_leftovers(pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
@@ -443,6 +494,7 @@ async def on_delete(
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
     rt.locks.pop(f"{namespace}/{name}", None)
     rt.reconciled.pop(f"{namespace}/{name}", None)
+    rt.refused.pop(f"{namespace}/{name}", None)
     annotations = body.get("metadata", {}).get("annotations") or {}
     if status.allocation or P.ANNOTATION_ALLOCATION in annotations:
         await round_soon(rt, f"deleting {namespace}/{name}")
