@@ -79,6 +79,11 @@ class Hints(_Model):
             raise ValueError(f"localBszBounds must satisfy 1 <= lo <= hi, got {list(v)}")
         return v
 
+    @property
+    def work_done(self) -> bool:
+        """The job reported all of its declared work done (it is saving and exiting)."""
+        return self.total_progress is not None and self.progress >= self.total_progress
+
     @model_validator(mode="after")
     def _batch_range(self) -> Hints:
         if self.max_batch_size is not None and self.max_batch_size < self.init_batch_size:
@@ -207,6 +212,11 @@ class AdaptiveJobStatus(_Model):
     last_checkpoint_time: datetime | None = None
     start_time: datetime | None = None
     completion_time: datetime | None = None
+    finishing_since: datetime | None = Field(
+        default=None,
+        description="when the job first reported all of its declared work done; the scheduler "
+        "leaves its GPUs alone for a while so that it can save and exit",
+    )
 
     def restart_count(self, cause: RestartCause | None = None) -> int:
         if cause is None:

@@ -353,6 +353,8 @@ def step(
     if st.hints is not None:  # surface the last report in status (printer columns, metrics)
         st.batch_size = st.hints.batch_size
         st.goodput = st.hints.goodput
+    done = st.hints is not None and st.hints.work_done and not st.phase.finished
+    st.finishing_since = (st.finishing_since or now) if done else None
     current = observed.of_group(st.group)
     # Older groups never overlap the current one.
     s.stop(observed.others(st.group))

@@ -139,11 +139,19 @@ def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> f
     return value if value >= 0 and value == value else None  # drop NaN
 
 
-def finishing(status: AdaptiveJobStatus) -> bool:
+#: how long a job that reported all of its work done keeps its GPUs whatever the policy says
+FINISHING_PIN_S = 600.0
+
+
+def finishing(status: AdaptiveJobStatus, now: datetime) -> bool:
     """The job reported all of its declared work done: it is saving and exiting. Moving it now
-    would only kill a finished run in its exit path and restart it from an older checkpoint."""
-    h = status.hints
-    return h is not None and h.total_progress is not None and h.progress >= h.total_progress
+    would only kill a finished run in its exit path and restart it from an older checkpoint.
+    Only for ``FINISHING_PIN_S``: a job that says so and keeps running (a long evaluation, or
+    a report of ``totalProgress: 0``) must not hold its GPUs against every other job."""
+    h, since = status.hints, status.finishing_since
+    if h is None or not h.work_done:
+        return False
+    return since is None or (now - since).total_seconds() < FINISHING_PIN_S
 
 
 def _without(nodes: Sequence[NodeInfo], held: Sequence[str]) -> list[NodeInfo]:
@@ -176,7 +184,7 @@ def plan_round(
     ordered = sorted(jobs, key=lambda r: (r.created, r.key))
     live = [r for r in ordered if participates(r.spec, r.status)]
     # finishing jobs keep what they hold; the policy shares out the rest
-    pinned = {r.key for r in live if finishing(r.status) and _current(r)}
+    pinned = {r.key for r in live if finishing(r.status, now) and _current(r)}
     movable = [r for r in live if r.key not in pinned]
     infos = [job_info(r, now, order, speedups) for order, r in enumerate(movable)]
     if speedups is not None:

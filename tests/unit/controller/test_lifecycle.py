@@ -487,6 +487,18 @@ def test_a_start_that_failed_but_holds_its_gpus_is_deleted_before_the_next_group
     assert DeleteGroup(JOB, 1, 30) in acts
 
 
+def test_finishing_since_marks_when_the_job_reported_its_work_done() -> None:
+    done = Hints(init_batch_size=8, progress=10.0, total_progress=10.0)
+    st = status(Phase.RUNNING, hints=done)
+    st, _ = _drive(spec(), st, obs(1, R, R), TWO)
+    assert st.finishing_since == NOW
+    st, _ = _drive(spec(), st, obs(1, R, R), TWO, NOW + timedelta(minutes=5))
+    assert st.finishing_since == NOW  # kept, not moved
+    st.hints = done.model_copy(update={"total_progress": 20.0})  # a longer run declared
+    st, _ = _drive(spec(), st, obs(1, R, R), TWO)
+    assert st.finishing_since is None
+
+
 def test_stale_group_alive_is_deleted_even_when_running() -> None:
     observed = both(obs(1, R), obs(2, R, R))
     out = step(JOB, spec(), status(Phase.RUNNING, group=2), observed, TWO, NOW)

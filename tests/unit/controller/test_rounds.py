@@ -11,6 +11,7 @@ import pytest
 
 from adl.controller.rounds import (
     DEFAULT_RESTART_COST_S,
+    FINISHING_PIN_S,
     JobRecord,
     RoundLog,
     SpeedupCache,
@@ -181,6 +182,28 @@ def test_a_job_that_reported_all_its_work_done_keeps_its_slots() -> None:
     jobs2 = [record("x", phase=Phase.RUNNING, allocation=["n0"], desired=["n0"], hints=free)]
     plan_round(policy2, jobs2, [NodeInfo("n0", 4)], NOW)
     assert [i.name for i in policy2.calls[0][0]] == ["ns/x"]
+
+
+def test_a_job_that_says_it_is_done_but_keeps_running_is_pinned_for_a_while_only() -> None:
+    """A report of all work done (or of ``totalProgress: 0``) while the job keeps running must
+    not hold its GPUs against every other job, a higher priority tier included."""
+    zero = HINTS.model_copy(update={"progress": 5.0, "total_progress": 0.0})
+    since = NOW - timedelta(seconds=FINISHING_PIN_S)
+
+    def jobs(finishing_since: datetime | None) -> list[JobRecord]:
+        low = record("low", age_s=100, spec={"max_replicas": 4, "priority": -10},
+                     phase=Phase.RUNNING, allocation=["n0"] * 4, desired=["n0"] * 4,
+                     hints=zero, finishing_since=finishing_since)  # fmt: skip
+        return [low, record("high", spec={"max_replicas": 4, "priority": 100})]
+
+    fresh = FakePolicy()
+    plan_round(fresh, jobs(NOW - timedelta(seconds=60)), [NodeInfo("n0", 4)], NOW)
+    assert [i.name for i in fresh.calls[0][0]] == ["ns/high"]  # pinned: saving and exiting
+    late = FakePolicy()
+    plan_round(late, jobs(since), [NodeInfo("n0", 4)], NOW)
+    assert {i.name for i in late.calls[0][0]} == {"ns/low", "ns/high"}
+    result = plan_round(AdlPolicy(), jobs(since), [NodeInfo("n0", 4)], NOW)
+    assert result.allocation["ns/high"]  # before: nothing, the low job kept all four
 
 
 def test_unchanged_allocation_is_not_reported() -> None:
