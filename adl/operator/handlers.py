@@ -149,11 +149,48 @@ def _event(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
 # ------------------------------------------------------------------------ executing actions
 
 
+class _Leftovers(Exception):
+    """A child object of the job's name belongs to a deleted job of the same name."""
+
+
+def _require_own(job: P.JobRef, obj: dict[str, Any] | None, kind: str) -> None:
+    """Refuse to use a child of a deleted namespace-mate of the same name: the garbage
+    collector is about to delete it (it would vanish from under the new job), and its token
+    is not the new job's to inherit."""
+    if obj is None:
+        return
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
+    if uids and job.uid not in uids:
+        name = (obj.get("metadata") or {}).get("name", "")
+        raise _Leftovers(
+            f"{kind} {name} still belongs to a deleted job of the same name; "
+            "the pods start once Kubernetes has removed it"
+        )
+
+
+def _own_pods(job: P.JobRef, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's pods: those of a deleted job of the same name (still terminating) share the
+    labels, but not the owner."""
+
+    def owned(pod: dict[str, Any]) -> bool:
+        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+        uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
+        return not uids or job.uid in uids
+
+    return [p for p in pods if owned(p)]
+
+
 async def _ensure_resources(rt: Runtime, job: P.JobRef, spec: AdaptiveJobSpec, body: Any) -> None:
     store = rt.store
-    await asyncio.to_thread(store.create, P.build_service(job))
+    if not await asyncio.to_thread(store.create, P.build_service(job)):
+        service = await asyncio.to_thread(
+            store.get_service, job.namespace, P.service_name(job.name)
+        )
+        _require_own(job, service, "Service")
     # The Secret holds the token; the job carries only its hash, which the API checks.
     secret = await asyncio.to_thread(store.get_secret, job.namespace, P.token_secret_name(job.name))
+    _require_own(job, secret, "Secret")
     token = P.token_from_secret(secret) if secret is not None else None
     if token is None:
         token = secrets.token_urlsafe(32)
@@ -167,6 +204,8 @@ async def _ensure_resources(rt: Runtime, job: P.JobRef, spec: AdaptiveJobSpec, b
     pvc = P.build_pvc(job, spec)
     claim = P.checkpoint_claim(job, spec)
     existing = await asyncio.to_thread(store.get_pvc, job.namespace, claim)
+    if pvc is not None:
+        _require_own(job, existing, "PersistentVolumeClaim")
     if pvc is not None and existing is None:
         await asyncio.to_thread(store.create, pvc)
     elif pvc is None and existing is None:
@@ -304,6 +343,7 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 await _fail_invalid(rt, body, exc)
                 return False
             raw_pods = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
+            raw_pods = _own_pods(P.JobRef.from_body(body), raw_pods)
             status = _status_of(body)
             key = f"{namespace}/{name}"
             pods = _with_refused(rt, key, status.group, classify_all(raw_pods))
@@ -314,6 +354,10 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 await _execute(rt, body, spec, pods, actions)
             except (Conflict, _Refused):
                 continue
+            except _Leftovers as exc:  # the next look at a starting job tries again
+                log.info("%s/%s: %s", namespace, name, exc)
+                _event(body, "Warning", "PreviousJobResources", str(exc))
+                return False
             for pod in finished_leftovers(pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
             suspended = any(

@@ -36,7 +36,7 @@ NAMESPACED_PERMISSIONS: frozenset[Permission] = frozenset(
         # owner references with blockOwnerDeletion need update on the owner's finalizers
         *_grant("adl.dev", "adaptivejobs/finalizers", "update"),
         *_grant("", "pods", "list watch create delete"),
-        *_grant("", "services", "create"),
+        *_grant("", "services", "get create"),
         *_grant("", "secrets", "get create"),
         *_grant("", "persistentvolumeclaims", "get create"),
         *_grant("", "events", "create"),

@@ -142,6 +142,14 @@ class KubeStore:
                 return None
             raise
 
+    def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _plain(self.core.read_namespaced_service(name, namespace), self.api)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             obj = self.core.read_namespaced_persistent_volume_claim(name, namespace)
