@@ -412,12 +412,18 @@ async def run_round(rt: Runtime, *, force: bool = False) -> bool:
             CONFIG.metrics.observe_round(result.duration_s)
         for key, alloc in result.changed.items():
             ns, name = key.split("/", 1)
-            await asyncio.to_thread(
-                store.patch_job_annotations,
-                ns,
-                name,
-                {P.ANNOTATION_ALLOCATION: json.dumps(alloc)},
-            )
+            try:
+                await asyncio.to_thread(
+                    store.patch_job_annotations,
+                    ns,
+                    name,
+                    {P.ANNOTATION_ALLOCATION: json.dumps(alloc)},
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                # deleted since the round read it: the other jobs still get their answers
+                log.info("round: %s is gone, its answer dropped", key)
         return True
 
 

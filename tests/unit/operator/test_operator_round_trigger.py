@@ -78,3 +78,61 @@ async def test_a_failed_round_after_a_deletion_does_not_fail_the_deletion(
     assert runtime.rounds.due and "ns/gone" in caplog.text
     runtime.store = cast(KubeStore, EmptyCluster())
     assert await run_round(runtime)  # the next tick runs it, although the interval has not passed
+
+
+class OneJobGone:
+    """Two jobs to place; the first is deleted between the round's read and its write."""
+
+    def __init__(self) -> None:
+        self.patched: list[str] = []
+
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        template = {"spec": {"containers": [{"name": "t", "image": "i", "command": ["x"]}]}}
+        return [
+            {
+                "metadata": {
+                    "name": name,
+                    "namespace": "ns",
+                    "uid": name,
+                    "creationTimestamp": f"2026-01-01T00:00:0{i}Z",
+                },
+                "spec": {"template": template, "maxReplicas": 1},
+            }
+            for i, name in enumerate(["gone", "kept"])
+        ]
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "metadata": {"name": "n1", "labels": {}},
+                "status": {"allocatable": {"nvidia.com/gpu": "2"}},
+                "spec": {},
+            }
+        ]
+
+    def list_all_pods(self) -> list[dict[str, Any]]:
+        return []
+
+    def patch_job_annotations(self, namespace: str, name: str, ann: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        if name == "gone":
+            raise ApiException(status=404, reason="Not Found")
+        self.patched.append(name)
+
+
+class EveryoneOneGpu(NoPolicy):
+    def optimize(
+        self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], previous: Mapping[str, list[str]]
+    ) -> Allocation:
+        return {j.name: ["n1"] for j in jobs}
+
+
+async def test_a_job_deleted_during_the_round_does_not_cost_the_others_their_answers(
+    runtime: Runtime,
+) -> None:
+    cluster = OneJobGone()
+    runtime.store = cast(KubeStore, cluster)
+    runtime.policy = EveryoneOneGpu()
+    assert await run_round(runtime, force=True)
+    assert cluster.patched == ["kept"]
