@@ -20,8 +20,14 @@ from pydantic.alias_generators import to_camel
 
 
 class _Model(BaseModel):
+    # No NaN or infinity anywhere: Kubernetes rejects them in JSON (a 500 for the worker), and
+    # one diverged job's NaN model must not reach the scheduler through the local store.
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_assignment=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_assignment=True,
+        allow_inf_nan=False,
     )
 
     def wire(self) -> dict[str, Any]:

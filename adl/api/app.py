@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from adl.api.auth import bearer_token, check
@@ -59,6 +60,13 @@ def create_app(
     app.state.store = store
     app.state.metrics = metrics if metrics is not None else AdlMetrics()
     m: AdlMetrics = app.state.metrics
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 with what was wrong where; the rejected input is not echoed (a NaN in it made
+        FastAPI's own handler fail to render the answer: a 500 instead of the 422)."""
+        errors = [{k: v for k, v in e.items() if k not in ("input", "ctx")} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": errors})
 
     def _gone(job: str) -> HTTPException:
         return HTTPException(status_code=404, detail=f"job {job} not found")

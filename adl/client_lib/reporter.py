@@ -9,6 +9,7 @@ few times with exponential backoff, then logged and left for the next interval.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -40,7 +41,18 @@ def build_hints(
     goodput: float | None = None,
     epoch: int | None = None,
 ) -> Hints:
-    """The wire model from the library's own types (pure)."""
+    """The wire model from the library's own types (pure). Statistics that are not finite
+    (a diverged run: NaN gradients) are left out rather than fail the report."""
+    if perf is not None and not all(math.isfinite(x) for x in perf):
+        perf = None
+    if grad is not None and not (math.isfinite(grad.sqr) and math.isfinite(grad.var)):
+        grad = None
+    if goodput is not None and not math.isfinite(goodput):
+        goodput = None
+    if not math.isfinite(progress):
+        progress = 0.0
+    if total_progress is not None and not math.isfinite(total_progress):
+        total_progress = None
     return Hints(
         init_batch_size=init_batch_size,
         max_batch_size=bounds.max_batch_size if bounds else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterable
 
@@ -112,6 +113,18 @@ def test_put_hints_with_own_token(client: TestClient, store: MemoryStore) -> Non
     assert store.hints["ns/a"] == Hints.model_validate(HINTS)
     got = client.get(URL, headers=auth("ns/a"))
     assert got.status_code == 200 and got.json()["maxBatchSize"] == 256
+
+
+@pytest.mark.parametrize("field", ["progress", "goodput", "totalProgress"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_report_with_nan_or_infinity_is_refused(
+    client: TestClient, store: MemoryStore, field: str, value: str
+) -> None:
+    """Kubernetes cannot store them, and a NaN model must not reach the scheduler."""
+    body = json.dumps(HINTS)[:-1] + f', "{field}": {value}}}'
+    r = client.put(URL, content=body, headers={**auth("ns/a"), "Content-Type": "application/json"})
+    assert r.status_code == 422 and field in r.text
+    assert "ns/a" not in store.hints
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,20 @@ def test_build_hints_carries_every_field_to_the_wire() -> None:
     assert Hints.model_validate(wire) == _hints()
 
 
+def test_statistics_of_a_diverged_run_are_left_out_not_fatal() -> None:
+    nan = float("nan")
+    hints = build_hints(
+        init_batch_size=32,
+        perf=PerfParams(0.01, 0.001, nan, 0.01, 0.01, 0.001, 1.5),
+        grad=GradParams(sqr=nan, var=2.0),
+        progress=12.5,
+        total_progress=float("inf"),
+        goodput=nan,
+    )
+    assert (hints.perf_params, hints.grad_params, hints.goodput) == (None, None, None)
+    assert hints.total_progress is None and hints.progress == 12.5
+
+
 def test_hints_url() -> None:
     assert hints_url("http://api:8080/", "team-a/resnet") == (
         "http://api:8080/v1/jobs/team-a/resnet/hints"
