@@ -1,0 +1,156 @@
+"""Review repros for the local backend (each test FAILS on the current code)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from local_kit import FixedPolicy, counter_spec, wait_for
+
+from adl.controller.lifecycle import Timing
+from adl.local.daemon import Daemon, Settings
+from adl.models import Phase
+
+
+def _phase(b, name):  # type: ignore[no-untyped-def]
+    return b.get(name, "default").status.phase
+
+
+def _log(home: Path, name: str, rank: int = 0) -> str:
+    p = home / "jobs" / "default" / name / "logs" / f"r{rank}.log"
+    return p.read_text() if p.exists() else ""
+
+
+# 1 ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("python", [sys.executable, "python"], ids=["control-abs", "bare-python"])
+def test_plain_python_command_gets_a_warm_shim(daemon_factory, backend, home, python) -> None:
+    """README: `adl submit train --min 1 --max 4 -- python script.py` keeps a warm shim ready.
+    `python` is resolved by the job's PATH (bindir first, see _base_env), but script_of()
+    realpath()s the bare word 'python' against the daemon's cwd, so it never matches."""
+    policy = FixedPolicy()
+    policy.replicas["a"] = 1
+    d = daemon_factory(policy)
+    spec = counter_spec("--steps", "400", "--step-s", "0.05", hi=2)
+    spec.template["spec"]["containers"][0]["command"][0] = python
+    backend.submit("a", "default", spec)
+    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING and "start" in _log(home, "a"))
+    time.sleep(3.0)  # past WARM_DELAY_S: an elastic running job now has its warm shim
+    assert "default/a" in d._warm, "no warm shim for a `python script.py` job"
+
+
+# 2 ------------------------------------------------------------------------------------------
+def test_gpu_indices_respect_the_daemons_cuda_visible_devices(home, backend, monkeypatch) -> None:
+    """Daemon started with CUDA_VISIBLE_DEVICES=2,3 (the user's share of the box): it counts 2
+    GPUs but hands ranks CUDA_VISIBLE_DEVICES=0 / 1, i.e. physical GPUs 0 and 1."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    from adl.local.daemon import detect_gpus
+
+    assert detect_gpus() == 2
+    s = Settings(home=home, slots=2, gpus=2, round_s=0.5, tick_s=0.05, api=False,
+                 timing=Timing(backoff_base_s=0.2, backoff_max_s=1.0))  # fmt: skip
+    policy = FixedPolicy()
+    policy.replicas["g"] = 1
+    d = Daemon(s, policy_factory=lambda: policy)  # type: ignore[arg-type,return-value]
+    t = threading.Thread(target=d.run, daemon=True)
+    t.start()
+    try:
+        backend.submit("g", "default", counter_spec("--steps", "5"))
+        plan = home / "jobs/default/g/groups/g1.plan.json"
+        wait_for(plan.exists)
+        env = json.loads(plan.read_text())["ranks"][0]["env"]
+        assert env["CUDA_VISIBLE_DEVICES"] in ("2", "3"), env["CUDA_VISIBLE_DEVICES"]
+    finally:
+        wait_for(lambda: _phase(backend, "g").finished, timeout=30)
+        d.stop()
+        t.join(10)
+
+
+# 3 ------------------------------------------------------------------------------------------
+def test_adopted_workers_can_still_reach_the_api_after_a_daemon_restart(
+    daemon_factory, backend, home
+) -> None:
+    """README: kill the daemon, start it again, 'it adopts the running groups and carries on'.
+    The new daemon listens on a new random port; adopted workers keep ADL_API_URL of the old one,
+    so every hints report (and /group lookup) of theirs fails until the group restarts."""
+    d1 = daemon_factory(FixedPolicy(), api=True)
+    backend.submit("a", "default", counter_spec("--steps", "600", "--step-s", "0.05"))
+    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING and "start" in _log(home, "a"))
+    env = json.loads((home / "jobs/default/a/groups/g1.plan.json").read_text())["ranks"][0]["env"]
+    url, token = env["ADL_API_URL"], Path(env["ADL_TOKEN_FILE"]).read_text().strip()
+
+    def put() -> int:
+        req = urllib.request.Request(
+            f"{url}/v1/jobs/default/a/hints", method="PUT",
+            data=json.dumps({"initBatchSize": 32}).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status
+        except urllib.error.URLError as err:
+            return -1 if not isinstance(err, urllib.error.HTTPError) else err.code
+
+    assert put() == 204  # the worker's report works under the daemon that launched it
+    d1.stop()
+    time.sleep(1.0)
+    d2 = daemon_factory(FixedPolicy(), api=True)
+    wait_for(lambda: bool(d2.api_url) and d2.store.get_meta("api_url") == d2.api_url)
+    assert _phase(backend, "a") == Phase.RUNNING  # adopted, the same group 1 still runs
+    print("worker reports to", url, "; new daemon serves", d2.api_url)
+    assert put() == 204, f"adopted worker's ADL_API_URL {url} is dead; daemon is at {d2.api_url}"
+
+
+# 4 ------------------------------------------------------------------------------------------
+def test_a_job_that_can_never_fit_is_reported(daemon_factory, backend) -> None:
+    """minReplicas 3 on a 2-slot machine: accepted, then Pending forever with 'waiting for the
+    scheduler to assign GPUs' (on CPU slots); nothing says it can never run."""
+    daemon_factory(slots=2)  # the default AdlPolicy
+    backend.submit("big", "default", counter_spec("--steps", "5", lo=3, hi=3))
+    time.sleep(4.0)
+    st = backend.get("big", "default").status
+    print(st.phase, st.reason, st.message)
+    assert st.phase != Phase.PENDING or "slot" in (st.message or ""), (st.phase, st.message)
+
+
+# 5 ------------------------------------------------------------------------------------------
+class _Killed(BaseException):
+    """Stands for SIGKILL of the daemon at this point (the daemon thread dies)."""
+
+
+def test_a_daemon_killed_between_launch_and_add_group_keeps_the_slot_gate(
+    daemon_factory, backend, home
+) -> None:
+    """launch() starts the shim, then records the group in SQLite. Killed in between, the group
+    runs (adopted from its pidfile by the next daemon) but has no `groups` row, and live_slots()/
+    escalate() only read that table: another job's group starts on its slots while it still
+    runs, and it is never SIGKILLed past its deadline."""
+    policy = FixedPolicy()
+    policy.replicas.update(a=2, b=0)
+    d1 = daemon_factory(policy, slots=2)
+
+    def crash(rec):  # type: ignore[no-untyped-def]
+        raise _Killed
+
+    d1.store.add_group = crash  # type: ignore[method-assign]
+    backend.submit("a", "default", counter_spec("--steps", "400", "--step-s", "0.05",
+                                                "--stop-s", "2.0"))  # fmt: skip
+    wait_for(lambda: "start group=1" in _log(home, "a"))
+    d2 = daemon_factory(policy, slots=2)  # the restarted daemon adopts group 1
+    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING)
+    assert d2.store.groups("default/a") == []  # the running group is unknown to the table
+    policy.replicas.update(a=1, b=1)
+    backend.submit("b", "default", counter_spec("--steps", "5"))
+    wait_for(lambda: _phase(backend, "b") == Phase.SUCCEEDED, timeout=60)
+    a_g1 = home / "jobs/default/a/groups/g1.result.json"
+    print("a's group 1 still running when b finished:", not a_g1.exists())
+    wait_for(a_g1.exists, timeout=30)
+    a1_end = json.loads((home / "jobs/default/a/groups/g1.result.json").read_text())["ended"]
+    b_start = d2.store.groups("default/b")[0].started
+    assert b_start >= a1_end - 0.2, f"b started {a1_end - b_start:.1f}s before a's 2 ranks left"
