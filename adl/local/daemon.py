@@ -380,12 +380,11 @@ class Daemon:
             return
         trainer = rec.spec.trainer
         argv = [*(trainer.get("command") or []), *(trainer.get("args") or [])]
-        if script_of(argv) is None:
+        env, cwd = self._base_env(trainer, 0), trainer.get("workingDir")
+        if script_of(argv, env.get("PATH", os.defpath), cwd) is None:
             return
         try:
-            self._warm[rec.key] = P.prewarm(
-                self.paths(rec), self._base_env(trainer, 0), trainer.get("workingDir")
-            )
+            self._warm[rec.key] = P.prewarm(self.paths(rec), env, cwd)
         except OSError as err:
             log.warning("no warm start for %s: %s", rec.key, err)
 

@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import runpy
+import shutil
 import signal
 import sys
 import threading
@@ -44,10 +45,13 @@ WAIT_S = 600.0
 _HARMLESS_FLAGS = ("-u", "-B")
 
 
-def script_of(argv: list[str]) -> tuple[str, str, list[str], bool] | None:
+def script_of(
+    argv: list[str], path: str | None = None, cwd: str | None = None
+) -> tuple[str, str, list[str], bool] | None:
     """``(kind, target, args, unbuffered)`` when ``argv`` runs this interpreter on a script
-    (kind ``path``) or a module (``-m``, kind ``module``); None for anything else."""
-    if not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+    (kind ``path``) or a module (``-m``, kind ``module``); None for anything else. ``path``
+    and ``cwd`` are the job's PATH and working directory, which decide what ``argv[0]`` runs."""
+    if not argv or not _is_this_interpreter(argv[0], path, cwd):
         return None
     rest = list(argv[1:])
     unbuffered = False
@@ -59,6 +63,18 @@ def script_of(argv: list[str]) -> tuple[str, str, list[str], bool] | None:
     if not rest or rest[0].startswith("-"):
         return None
     return "path", rest[0], rest[1:], unbuffered
+
+
+def _is_this_interpreter(command: str, path: str | None, cwd: str | None) -> bool:
+    """``command`` found as the rank's exec would find it (a bare name on the job's PATH, a
+    relative path from its working directory) is this interpreter."""
+    if os.sep not in command:
+        found = shutil.which(command, path=path)
+        if found is None:
+            return False
+        command = found
+    command = os.path.join(cwd or os.getcwd(), command)  # an absolute command stays as it is
+    return os.path.realpath(command) == os.path.realpath(sys.executable)
 
 
 class ForkedRank:
@@ -109,7 +125,7 @@ def _exit_code(code: Any) -> int:
 def fork_rank(argv: list[str], env: dict[str, str], cwd: str | None, log: str) -> ForkedRank | None:
     """Fork a child that runs ``argv`` as ``python ...`` would; None when ``argv`` is not a
     script or module of this interpreter (the caller then starts it the usual way)."""
-    target = script_of(argv)
+    target = script_of(argv, env.get("PATH", os.defpath), cwd)
     if target is None:
         return None
     sys.stdout.flush()

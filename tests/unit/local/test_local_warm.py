@@ -30,6 +30,36 @@ def test_script_of_accepts_this_interpreter_on_a_script_or_module() -> None:
     assert script_of([]) is None
 
 
+def test_script_of_finds_the_command_as_the_jobs_exec_would(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(PY)
+    path = os.pathsep.join(["/nonexistent", str(bindir)])
+    assert script_of(["python", "train.py"], path) == ("path", "train.py", [], False)
+    assert script_of(["python", "train.py"], "/nonexistent") is None  # not on the job's PATH
+    # a relative path is found from the job's working directory, not the daemon's
+    assert script_of(["bin/python", "-m", "m"], "", str(tmp_path)) == ("module", "m", [], False)
+    assert script_of(["bin/python", "-m", "m"], "", "/") is None
+
+
+def test_a_bare_python_job_is_resized_from_a_warm_shim(daemon_factory, backend, home) -> None:  # type: ignore[no-untyped-def]
+    policy = FixedPolicy()
+    policy.replicas["a"] = 1
+    d = daemon_factory(policy)
+    spec = counter_spec("--steps", "100", "--step-s", "0.05", hi=2)
+    spec.template["spec"]["containers"][0]["command"][0] = "python"  # found on the job's PATH
+    backend.submit("a", "default", spec)
+    ck = home / "jobs/default/a/checkpoint/state.json"
+    wait_for(lambda: ck.exists() and backend.get("a", "default").status.phase == Phase.RUNNING)
+    wait_for(lambda: "default/a" in d._warm, timeout=10)
+    policy.replicas["a"] = 2
+    d._round_due = True
+    wait_for(lambda: backend.get("a", "default").status.phase == Phase.SUCCEEDED, timeout=60)
+    log = (home / "jobs/default/a/logs/r0.log").read_text()
+    assert "start group=2 rank=0 world=2" in log
+    assert "warm=1" in log.split("=== group 2")[1]
+
+
 def _fork(tmp_path: Path, body: str, *args: str, env: dict[str, str] | None = None) -> tuple:  # type: ignore[type-arg]
     script = tmp_path / "job.py"
     script.write_text(body)

