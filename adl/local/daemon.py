@@ -58,11 +58,27 @@ NODE = "local"
 WARM_DELAY_S = 2.0
 
 
+def visible_gpus() -> list[str] | None:
+    """The daemon's own ``CUDA_VISIBLE_DEVICES`` entries (indices, UUIDs or MIG ids, kept as
+    given), or None when it is unset and every GPU of the machine is ours."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return None
+    return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+
+
+def gpu_ids(count: int) -> list[str]:
+    """What GPU slot i is called in a rank's ``CUDA_VISIBLE_DEVICES``: entry i of the daemon's
+    own list (a daemon given GPUs 2,3 hands out 2 and 3, not 0 and 1), else i."""
+    visible = visible_gpus()
+    return visible[:count] if visible is not None else [str(i) for i in range(count)]
+
+
 def detect_gpus() -> int:
     """NVIDIA GPUs visible on this machine, without importing torch."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = visible_gpus()
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+        return len(visible)
     nvsmi = shutil.which("nvidia-smi")
     if nvsmi is None:
         return 0
@@ -336,7 +352,8 @@ class Daemon:
         argv = [*(trainer.get("command") or []), *(trainer.get("args") or [])]
         base = self._base_env(trainer, need)
         if devices:
-            base["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+            ids = gpu_ids(self.s.gpus)
+            base["CUDA_VISIBLE_DEVICES"] = ",".join(ids[d] for d in devices)
         ranks = [
             {"rank": r, "argv": argv, "env": {**base, **action.env(r, site)}} for r in range(need)
         ]
@@ -586,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     if knobs and args.policy:
         parser.error("--policy-knob sets the default adl policy's constants; not with --policy")
+    visible = visible_gpus()
+    if args.gpus and args.slots is None and visible is not None and args.gpus > len(visible):
+        parser.error(f"--gpus {args.gpus}, but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     home = args.home or default_home()
     gpus = detect_gpus() if args.gpus is None else args.gpus

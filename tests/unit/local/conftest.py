@@ -28,6 +28,7 @@ def daemon_factory(home: Path) -> Iterator[Callable[..., Daemon]]:
         settings = Settings(
             home=home,
             slots=slots,
+            gpus=int(kw.pop("gpus", 0)),  # type: ignore[call-overload]
             round_s=float(kw.pop("round_s", 0.5)),  # type: ignore[arg-type]
             tick_s=0.05,
             api=bool(kw.pop("api", False)),

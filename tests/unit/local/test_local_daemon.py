@@ -165,3 +165,29 @@ def test_the_daemon_refuses_bad_policy_knobs(tmp_path, argv) -> None:
         main(["--home", str(tmp_path), *argv])
     assert err.value.code == 2
     assert not (tmp_path / DB_NAME).exists()
+
+
+def test_gpu_slots_are_the_daemons_own_visible_devices(
+    daemon_factory, backend, home, monkeypatch
+) -> None:
+    from adl.local.daemon import detect_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,MIG-4f1c")  # this user's share of the box
+    assert detect_gpus() == 2
+    daemon_factory(FixedPolicy(), slots=2, gpus=2)
+    for name in ("a", "b"):
+        backend.submit(name, "default", counter_spec("--steps", "400", "--step-s", "0.05"))
+    plans = [home / f"jobs/default/{name}/groups/g1.plan.json" for name in ("a", "b")]
+    wait_for(lambda: all(p.exists() for p in plans))
+    given = {json.loads(p.read_text())["ranks"][0]["env"]["CUDA_VISIBLE_DEVICES"] for p in plans}
+    assert given == {"2", "MIG-4f1c"}
+
+
+def test_the_daemon_refuses_more_gpus_than_it_may_see(tmp_path, monkeypatch) -> None:
+    from adl.local.daemon import main
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setattr("adl.local.daemon.Daemon.run", lambda self: pytest.fail("it started"))
+    with pytest.raises(SystemExit) as err:
+        main(["--home", str(tmp_path), "--gpus", "4"])
+    assert err.value.code == 2

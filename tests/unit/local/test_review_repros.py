@@ -28,33 +28,6 @@ def _log(home: Path, name: str, rank: int = 0) -> str:
     return p.read_text() if p.exists() else ""
 
 
-# 2 ------------------------------------------------------------------------------------------
-def test_gpu_indices_respect_the_daemons_cuda_visible_devices(home, backend, monkeypatch) -> None:
-    """Daemon started with CUDA_VISIBLE_DEVICES=2,3 (the user's share of the box): it counts 2
-    GPUs but hands ranks CUDA_VISIBLE_DEVICES=0 / 1, i.e. physical GPUs 0 and 1."""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    from adl.local.daemon import detect_gpus
-
-    assert detect_gpus() == 2
-    s = Settings(home=home, slots=2, gpus=2, round_s=0.5, tick_s=0.05, api=False,
-                 timing=Timing(backoff_base_s=0.2, backoff_max_s=1.0))  # fmt: skip
-    policy = FixedPolicy()
-    policy.replicas["g"] = 1
-    d = Daemon(s, policy_factory=lambda: policy)  # type: ignore[arg-type,return-value]
-    t = threading.Thread(target=d.run, daemon=True)
-    t.start()
-    try:
-        backend.submit("g", "default", counter_spec("--steps", "5"))
-        plan = home / "jobs/default/g/groups/g1.plan.json"
-        wait_for(plan.exists)
-        env = json.loads(plan.read_text())["ranks"][0]["env"]
-        assert env["CUDA_VISIBLE_DEVICES"] in ("2", "3"), env["CUDA_VISIBLE_DEVICES"]
-    finally:
-        wait_for(lambda: _phase(backend, "g").finished, timeout=30)
-        d.stop()
-        t.join(10)
-
-
 # 3 ------------------------------------------------------------------------------------------
 def test_adopted_workers_can_still_reach_the_api_after_a_daemon_restart(
     daemon_factory, backend, home
