@@ -5,7 +5,8 @@ a daemon restart), runs the controller's pure lifecycle step and executes the ac
 group (launch the shim with the worker environment), stop a group (SIGTERM the process group,
 SIGKILL after the grace period), record status and events in SQLite. Every few seconds, and at
 once when a job arrives or ends, it runs the scheduling round with the policy. The API service
-(hints, rendezvous, metrics) runs in the same process on a free 127.0.0.1 port.
+(hints, rendezvous, metrics) runs in the same process on a 127.0.0.1 port, the previous daemon's
+when it is free (adopted workers know only that one).
 
 ``python -m adl.local.daemon --home DIR --slots N``; usually started by ``adl local up`` or on
 demand by the CLI. A second daemon for the same home refuses to start (file lock).
@@ -20,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +32,7 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.env import WorkerSite
@@ -198,7 +201,8 @@ class Daemon:
         self.store.close()
 
     def start_api(self) -> None:
-        """Serve the API (hints, rendezvous, metrics) on a free 127.0.0.1 port."""
+        """Serve the API (hints, rendezvous, metrics) on 127.0.0.1, on the previous daemon's
+        port when it is free."""
         try:
             from adl.local.api_store import build_app
         except ImportError as err:  # the API package is optional for the daemon
@@ -207,18 +211,44 @@ class Daemon:
         import uvicorn
 
         app = build_app(self)
-        port = P.free_port()
+        sock = self._api_socket()
+        port = int(sock.getsockname()[1])
         config = uvicorn.Config(
             app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
         )
         server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, name="adl-api", daemon=True)
+        thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="adl-api", daemon=True
+        )
         thread.start()
         deadline = time.monotonic() + 10
         while not server.started and time.monotonic() < deadline and thread.is_alive():
             time.sleep(0.02)
         self._server = server
         self.api_url = f"http://127.0.0.1:{port}"
+
+    def _api_socket(self) -> socket.socket:
+        """A socket bound to the port recorded by the previous daemon, else to a free one.
+        Workers read ``ADL_API_URL`` once at start, so adopted groups reach the API only if it
+        stays where it was."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT, not a listener
+        previous = None
+        with contextlib.suppress(ValueError):
+            previous = urlsplit(self.store.get_meta("api_url") or "").port
+        if previous:
+            try:
+                sock.bind(("127.0.0.1", previous))
+                return sock
+            except OSError as err:
+                log.warning(
+                    "API port %d of the previous daemon is taken (%s): running groups report "
+                    "to the API again only after their next restart",
+                    previous,
+                    err,
+                )
+        sock.bind(("127.0.0.1", 0))
+        return sock
 
     # ------------------------------------------------------------------ state
 

@@ -4,8 +4,13 @@ restart from the checkpoint, maxRestarts, deletion, and the slot gate between jo
 from __future__ import annotations
 
 import json
+import logging
 import re
+import socket
 import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 from local_kit import FixedPolicy, counter_spec, wait_for
@@ -191,3 +196,62 @@ def test_the_daemon_refuses_more_gpus_than_it_may_see(tmp_path, monkeypatch) -> 
     with pytest.raises(SystemExit) as err:
         main(["--home", str(tmp_path), "--gpus", "4"])
     assert err.value.code == 2
+
+
+def _report_hints(url: str, token: str) -> int:
+    """A worker's hints report to ``url``: the HTTP status, -1 when nothing answers."""
+    req = urllib.request.Request(
+        f"{url}/v1/jobs/default/a/hints",
+        method="PUT",
+        data=json.dumps({"initBatchSize": 32}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+    except urllib.error.URLError:
+        return -1
+
+
+def test_adopted_workers_still_reach_the_api_after_a_daemon_restart(
+    daemon_factory, backend, home
+) -> None:
+    d1 = daemon_factory(FixedPolicy(), api=True)
+    backend.submit("a", "default", counter_spec("--steps", "600", "--step-s", "0.05"))
+    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING and "start" in _log(home, "a"))
+    env = json.loads((home / "jobs/default/a/groups/g1.plan.json").read_text())["ranks"][0]["env"]
+    url, token = env["ADL_API_URL"], Path(env["ADL_TOKEN_FILE"]).read_text().strip()
+    assert _report_hints(url, token) == 204
+    d1.stop()
+    wait_for(lambda: _report_hints(url, token) == -1, timeout=10)
+    d2 = daemon_factory(FixedPolicy(), api=True)
+    wait_for(lambda: d2.store.get_meta("api_url") == d2.api_url != "")
+    assert _phase(backend, "a") == Phase.RUNNING and backend.get("a", "default").status.group == 1
+    assert d2.api_url == url  # the adopted group's ADL_API_URL
+    assert _report_hints(url, token) == 204
+
+
+def test_the_api_moves_to_a_free_port_when_the_previous_one_is_taken(
+    daemon_factory, caplog
+) -> None:
+    d1 = daemon_factory(FixedPolicy(), api=True)
+    wait_for(lambda: d1.store.get_meta("api_url") == d1.api_url != "")
+    old_port = int(d1.api_url.rsplit(":", 1)[1])
+    d1.stop()
+    with socket.socket() as squatter, caplog.at_level(logging.WARNING, "adl.local"):
+
+        def squat() -> bool:
+            try:
+                squatter.bind(("127.0.0.1", old_port))
+            except OSError:
+                return False
+            return True
+
+        wait_for(squat, timeout=10)  # once d1 let go of it
+        squatter.listen()
+        d2 = daemon_factory(FixedPolicy(), api=True)
+        wait_for(lambda: d2.store.get_meta("api_url") == d2.api_url != "")
+        assert d2.api_url != f"http://127.0.0.1:{old_port}"
+    assert f"API port {old_port} of the previous daemon is taken" in caplog.text

@@ -28,41 +28,6 @@ def _log(home: Path, name: str, rank: int = 0) -> str:
     return p.read_text() if p.exists() else ""
 
 
-# 3 ------------------------------------------------------------------------------------------
-def test_adopted_workers_can_still_reach_the_api_after_a_daemon_restart(
-    daemon_factory, backend, home
-) -> None:
-    """README: kill the daemon, start it again, 'it adopts the running groups and carries on'.
-    The new daemon listens on a new random port; adopted workers keep ADL_API_URL of the old one,
-    so every hints report (and /group lookup) of theirs fails until the group restarts."""
-    d1 = daemon_factory(FixedPolicy(), api=True)
-    backend.submit("a", "default", counter_spec("--steps", "600", "--step-s", "0.05"))
-    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING and "start" in _log(home, "a"))
-    env = json.loads((home / "jobs/default/a/groups/g1.plan.json").read_text())["ranks"][0]["env"]
-    url, token = env["ADL_API_URL"], Path(env["ADL_TOKEN_FILE"]).read_text().strip()
-
-    def put() -> int:
-        req = urllib.request.Request(
-            f"{url}/v1/jobs/default/a/hints", method="PUT",
-            data=json.dumps({"initBatchSize": 32}).encode(),
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )  # fmt: skip
-        try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return r.status
-        except urllib.error.URLError as err:
-            return -1 if not isinstance(err, urllib.error.HTTPError) else err.code
-
-    assert put() == 204  # the worker's report works under the daemon that launched it
-    d1.stop()
-    time.sleep(1.0)
-    d2 = daemon_factory(FixedPolicy(), api=True)
-    wait_for(lambda: bool(d2.api_url) and d2.store.get_meta("api_url") == d2.api_url)
-    assert _phase(backend, "a") == Phase.RUNNING  # adopted, the same group 1 still runs
-    print("worker reports to", url, "; new daemon serves", d2.api_url)
-    assert put() == 204, f"adopted worker's ADL_API_URL {url} is dead; daemon is at {d2.api_url}"
-
-
 # 4 ------------------------------------------------------------------------------------------
 def test_a_job_that_can_never_fit_is_reported(daemon_factory, backend) -> None:
     """minReplicas 3 on a 2-slot machine: accepted, then Pending forever with 'waiting for the
