@@ -279,14 +279,39 @@ class Daemon:
         for rec in self.jobs.values():
             paths = self.paths(rec)
             P.drop_warm(paths)  # a warm shim nobody handed a plan to yet: not a group
+            known = {g.group for g in self.store.groups(rec.key)}
             for g in paths.recorded_groups():
                 proc = P.read_pidfile(paths.pidfile(g))
-                if proc is None or paths.result(g).exists():
+                if proc is None or paths.result(g).exists() or not P.group_alive(proc):
                     continue
+                if g not in known:
+                    self._restore_group_row(rec, g, proc)
                 current = g == rec.status.group and not rec.status.phase.finished
-                if P.group_alive(proc) and (not current or rec.deleted):
+                if not current or rec.deleted:
                     log.info("stopping orphan group %d of %s", g, rec.key)
                     self.stop_group(rec, g, rec.spec.termination_grace_period_seconds)
+
+    def _restore_group_row(self, rec: JobRecord, group: int, proc: P.GroupProcess) -> None:
+        """Record a live group the previous daemon launched but was killed before recording:
+        the slot gate and the SIGKILL escalation know groups only from the table."""
+        plan_path = self.paths(rec).plan(group)
+        ranks = (P.read_json(plan_path) or {}).get("ranks", [])
+        env = ranks[0].get("env", {}) if ranks else {}
+        ids = gpu_ids(self.s.gpus)
+        given = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if self.s.gpus else []
+        log.info("recording group %d of %s, launched by the previous daemon", group, rec.key)
+        self.store.add_group(
+            GroupRecord(
+                rec.key,
+                group,
+                len(ranks),
+                proc.pid,
+                proc.start_ticks,
+                int(env.get("ADL_MASTER_PORT") or 0) or None,
+                [ids.index(d) for d in given if d in ids],
+                started=plan_path.stat().st_mtime if plan_path.exists() else time.time(),
+            )
+        )
 
     # ------------------------------------------------------------------ observation
 

@@ -255,3 +255,34 @@ def test_the_api_moves_to_a_free_port_when_the_previous_one_is_taken(
         wait_for(lambda: d2.store.get_meta("api_url") == d2.api_url != "")
         assert d2.api_url != f"http://127.0.0.1:{old_port}"
     assert f"API port {old_port} of the previous daemon is taken" in caplog.text
+
+
+class _Killed(BaseException):
+    """Stands for the daemon's SIGKILL at that point (its thread ends there)."""
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_group_launched_by_a_daemon_killed_before_recording_it_keeps_its_slots(
+    daemon_factory, backend, home
+) -> None:
+    policy = FixedPolicy()
+    policy.replicas.update(a=2, b=0)
+    d1 = daemon_factory(policy, slots=2)
+
+    def killed(rec: object) -> None:
+        raise _Killed
+
+    d1.store.add_group = killed  # type: ignore[method-assign]
+    spec = counter_spec("--steps", "400", "--step-s", "0.05", "--stop-s", "2.0")
+    backend.submit("a", "default", spec)
+    wait_for(lambda: "start group=1" in _log(home, "a"))
+    d2 = daemon_factory(policy, slots=2)  # adopts group 1 and records it
+    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING)
+    (row,) = d2.store.groups("default/a")
+    pid = int((home / "jobs/default/a/groups/g1.pid").read_text().split()[0])
+    assert (row.group, row.replicas, row.pid, row.ended) == (1, 2, pid, None)
+    policy.replicas.update(a=1, b=1)
+    backend.submit("b", "default", counter_spec("--steps", "5"))
+    wait_for(lambda: _phase(backend, "b") == Phase.SUCCEEDED, timeout=60)
+    a_ended = d2.store.groups("default/a")[0].ended
+    assert a_ended is not None and d2.store.groups("default/b")[0].started >= a_ended - 0.2
