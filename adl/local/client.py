@@ -153,12 +153,18 @@ class LocalBackend:
                 "template.spec.containers[0].command"
             )
         spec = in_submitting_directory(spec)
+        if self.autostart:  # first, so that its slots are known
+            start_daemon(self.home, slots=self.slots)
+        slots = self.store.get_meta("slots")
+        why = cannot_fit(spec, int(slots)) if slots else None
+        if why is not None:
+            raise BackendError(
+                f"job {namespace}/{name} {why}: lower minReplicas or give the daemon more slots"
+            )
         try:
             rec = self.store.add_job(namespace, name, spec)
         except JobExists as err:
             raise BackendError(str(err)) from None
-        if self.autostart:
-            start_daemon(self.home, slots=self.slots)
         return view(rec)
 
     def list(self, namespace: str | None = None) -> list[JobView]:
@@ -206,6 +212,20 @@ class LocalBackend:
         except JobNotFound:
             return True
         return rec.status.phase.finished and not self.store.groups(key, live_only=True)
+
+
+def cannot_fit(spec: AdaptiveJobSpec, slots: int) -> str | None:
+    """Why the job can never start on a daemon with ``slots`` slots, None when it can: its
+    smallest group takes minReplicas (at least one) replicas of gpusPerReplica (at least one)
+    slots each, as the scheduler counts them."""
+    per_replica = max(spec.gpus_per_replica, 1)
+    need = max(spec.min_replicas, 1) * per_replica
+    if need <= slots:
+        return None
+    return (
+        f"needs {need} slots (minReplicas {spec.min_replicas} x {per_replica} per replica)"
+        f" but the local daemon has {slots}"
+    )
 
 
 def in_submitting_directory(spec: AdaptiveJobSpec) -> AdaptiveJobSpec:

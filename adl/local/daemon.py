@@ -47,7 +47,7 @@ from adl.controller.lifecycle import (
 from adl.controller.rounds import JobRecord as RoundJob
 from adl.controller.rounds import RoundLog, accrue_service, run_round
 from adl.local import processes as P
-from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME
+from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
 from adl.local.store import GroupRecord, JobRecord, Store, default_home
 from adl.models import Phase
 from adl.sched.policy_knobs import parse_knobs
@@ -128,6 +128,7 @@ class Daemon:
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._warm: dict[str, tuple[P.GroupProcess, subprocess.Popen[bytes]]] = {}
         self._warm_after: dict[str, float] = {}
+        self._told_unfit: set[str] = set()
         self._stop = threading.Event()
         self._round_due = True
         self._last_round = 0.0
@@ -563,6 +564,7 @@ class Daemon:
                 # daemon killed in between finds the row again and finishes the removal)
                 shutil.rmtree(self.paths(rec).root, ignore_errors=True)
                 self.store.purge(rec.key)
+                self._told_unfit.discard(rec.key)
                 self._round_due = True
             return
         if rec.status.phase.finished and not observed.any_present():
@@ -579,6 +581,8 @@ class Daemon:
                 update={"attained_service_s": status.attained_service_s}
             )
         self.execute(rec, actions)
+        if rec.status.phase == Phase.PENDING and rec.key not in self._told_unfit:
+            self._tell_if_unfit(rec)
         if rec.status.phase.finished and not was_finished:
             self._round_due = True
         elif (
@@ -588,6 +592,16 @@ class Daemon:
             and time.monotonic() >= self._warm_after.get(rec.key, 0.0)
         ):
             self.prewarm(rec)  # an elastic job will be resized: keep its next shim ready
+
+    def _tell_if_unfit(self, rec: JobRecord) -> None:
+        """Say once why a pending job can never start here (it was submitted to a daemon with
+        more slots); the scheduler alone would leave it waiting in silence."""
+        why = cannot_fit(rec.spec, self.capacity)
+        if why is not None:
+            self._told_unfit.add(rec.key)
+            self.store.add_event(
+                rec.key, "Warning", "Unschedulable", f"{why}: it cannot start until it has more"
+            )
 
     def schedule(self, now: datetime) -> None:
         self._round_due = False

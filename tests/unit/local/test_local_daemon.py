@@ -286,3 +286,17 @@ def test_a_group_launched_by_a_daemon_killed_before_recording_it_keeps_its_slots
     wait_for(lambda: _phase(backend, "b") == Phase.SUCCEEDED, timeout=60)
     a_ended = d2.store.groups("default/a")[0].ended
     assert a_ended is not None and d2.store.groups("default/b")[0].started >= a_ended - 0.2
+
+
+def test_a_pending_job_that_can_no_longer_fit_is_told_why(daemon_factory, backend) -> None:
+    d = daemon_factory(slots=2)
+    # submitted to an earlier daemon with more slots (this one would refuse it at submit)
+    d.store.add_job("default", "big", counter_spec(lo=3, hi=3))
+    wait_for(lambda: any("Unschedulable" in e for e in backend.get("big", "default").events))
+    v = backend.get("big", "default")
+    assert v.status.phase == Phase.PENDING
+    (said,) = [e for e in v.events if "Unschedulable" in e]
+    assert said.endswith(
+        "Warning Unschedulable: needs 3 slots (minReplicas 3 x 1 per replica) but the local"
+        " daemon has 2: it cannot start until it has more"
+    )
