@@ -90,8 +90,9 @@ def register(app: typer.Typer) -> None:
     @local.command()
     def status(home: HomeOpt = None) -> None:
         """Whether the daemon runs, its API address and slots, and job counts by phase."""
+        from adl.cli.cmd_jobs import fail
         from adl.local.client import DB_NAME, daemon_pid
-        from adl.local.store import Store, default_home
+        from adl.local.store import StateUnreadable, Store, default_home
 
         where = home or default_home()
         pid = daemon_pid(where)
@@ -99,7 +100,10 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"home:    {where}")
         if not (where / DB_NAME).exists():
             return
-        store = Store(where / DB_NAME)
+        try:
+            store = Store(where / DB_NAME)
+        except StateUnreadable as err:
+            raise fail(str(err)) from None
         try:
             typer.echo(f"api:     {store.get_meta('api_url') or '-'}")
             typer.echo(f"slots:   {store.get_meta('slots') or '-'}")

@@ -15,8 +15,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from adl.cli.backend import BackendError, JobView
-from adl.local.processes import GroupPaths
-from adl.local.store import JobExists, JobNotFound, JobRecord, Store, default_home, job_key
+from adl.local.processes import GroupPaths, last_line
+from adl.local.store import (
+    JobExists,
+    JobNotFound,
+    JobRecord,
+    StateUnreadable,
+    Store,
+    default_home,
+    job_key,
+)
 from adl.models import AdaptiveJobSpec
 
 DB_NAME = "state.db"
@@ -55,6 +63,8 @@ def start_daemon(
     if pid is not None and pid > 0 and _serving(home, pid):
         return pid
     home.mkdir(parents=True, exist_ok=True)
+    log_path = home / "daemon.log"
+    proc = None
     if pid is None:
         args = [sys.executable, "-m", "adl.local.daemon", "--home", str(home)]
         if slots is not None:
@@ -62,8 +72,8 @@ def start_daemon(
         if round_s is not None:
             args += ["--round-s", str(round_s)]
         args += extra_args or []
-        with open(home / "daemon.log", "ab") as log:
-            subprocess.Popen(
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
                 args,
                 start_new_session=True,
                 stdin=subprocess.DEVNULL,
@@ -76,8 +86,11 @@ def start_daemon(
         pid = daemon_pid(home)
         if pid is not None and pid > 0 and _serving(home, pid):
             return pid
+        if proc is not None and proc.poll() is not None and pid is None:
+            # it gave up (its last line says why) and no other daemon took over
+            raise BackendError(f"the local daemon did not start: {last_line(log_path, 2000)}")
         time.sleep(0.05)
-    raise BackendError(f"the local daemon did not start; see {home / 'daemon.log'}")
+    raise BackendError(f"the local daemon did not start; see {log_path}")
 
 
 def _serving(home: Path, pid: int) -> bool:
@@ -138,7 +151,10 @@ class LocalBackend:
     def store(self) -> Store:
         if self._store is None:
             self.home.mkdir(parents=True, exist_ok=True)
-            self._store = Store(self.home / DB_NAME)
+            try:
+                self._store = Store(self.home / DB_NAME)
+            except StateUnreadable as err:
+                raise BackendError(str(err)) from None
         return self._store
 
     def close(self) -> None:

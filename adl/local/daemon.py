@@ -48,7 +48,7 @@ from adl.controller.rounds import JobRecord as RoundJob
 from adl.controller.rounds import RoundLog, accrue_service, run_round
 from adl.local import processes as P
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
-from adl.local.store import GroupRecord, JobRecord, Store, default_home
+from adl.local.store import GroupRecord, JobRecord, StateUnreadable, Store, default_home
 from adl.models import Phase
 from adl.sched.policy_knobs import parse_knobs
 from adl.sched.types import NodeInfo, Policy
@@ -691,7 +691,10 @@ def main(argv: list[str] | None = None) -> int:
     factory = load_policy(args.policy, home) if args.policy else partial(_default_policy, knobs)
     if knobs:
         log.info("adl policy knobs: %s", knobs)
-    daemon = Daemon(settings, factory)
+    try:
+        daemon = Daemon(settings, factory)
+    except StateUnreadable as err:
+        raise SystemExit(f"adl daemon: {err}") from None
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
     signal.signal(signal.SIGINT, lambda *_: daemon.stop())
     daemon.run()

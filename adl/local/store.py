@@ -76,6 +76,10 @@ def job_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+class StateUnreadable(RuntimeError):
+    """The state database is not one SQLite can read (a truncated or overwritten file)."""
+
+
 class JobExists(ValueError):
     """A job with that namespace/name was already submitted."""
 
@@ -150,9 +154,19 @@ class Store:
         self._db = sqlite3.connect(
             str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.OperationalError:  # locked, unwritable: not the file's content
+            self._db.close()
+            raise
+        except sqlite3.DatabaseError as err:
+            self._db.close()
+            raise StateUnreadable(
+                f"{self.path} is not a readable adl state database ({err}): move it aside"
+                f" (mv {self.path} {self.path}.corrupt) to start again with no jobs"
+            ) from None
 
     def close(self) -> None:
         with self._lock:

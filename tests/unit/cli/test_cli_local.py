@@ -47,6 +47,24 @@ def test_local_up_status_down(adl_home: Path) -> None:
     assert code == 0 and "no adl daemon running" in out
 
 
+def test_a_corrupt_state_database_is_one_error_line_naming_it(adl_home: Path) -> None:
+    adl_home.mkdir()
+    db = adl_home / "state.db"
+    db.write_bytes(b"not sqlite at all " * 512)
+
+    def squeezed(text: str) -> str:
+        return "".join(text.split())  # the console wraps long lines, even inside a word
+
+    for command in (["ls"], ["local", "status"], ["local", "up"]):
+        code, out = adl(*command)
+        assert code == 1, (command, out)
+        assert "Traceback" not in out and "see " not in out, (command, out)
+        said = squeezed(out)
+        assert squeezed(f"{db} is not a readable adl state database") in said, (command, out)
+        assert squeezed(f"move it aside (mv {db} {db}.corrupt)") in said, (command, out)
+    assert daemon_pid(adl_home) is None
+
+
 def test_local_up_with_an_explicit_home(tmp_path: Path, adl_home: Path) -> None:
     other = tmp_path / "elsewhere"
     try:
