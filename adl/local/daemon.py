@@ -129,6 +129,8 @@ class Daemon:
         self._warm: dict[str, tuple[P.GroupProcess, subprocess.Popen[bytes]]] = {}
         self._warm_after: dict[str, float] = {}
         self._told_unfit: set[str] = set()
+        #: (job, group) -> (replicas, why) for groups whose launch failed: failed starts
+        self._unstarted: dict[tuple[str, int], tuple[int, str]] = {}
         self._stop = threading.Event()
         self._round_due = True
         self._last_round = 0.0
@@ -348,6 +350,12 @@ class Daemon:
                 out += [ReplicaState.exited(g, r, -9, f"group {g} was killed") for r in range(n)]
                 self._record_end(rec, g, codes, time.time())
                 P.write_result_if_missing(paths.result(g), codes)
+        for (key, g), (n, why) in self._unstarted.items():
+            if key == rec.key:
+                failed = ReplicaPhase.FAILED
+                out += [
+                    ReplicaState(g, r, failed, False, None, "StartFailed", why) for r in range(n)
+                ]
         return ObservedWorkers(tuple(out))
 
     @staticmethod
@@ -383,7 +391,8 @@ class Daemon:
 
     def launch(self, rec: JobRecord, action: CreateGroup) -> bool:
         """Start the group unless its slots are still held by another job's group (then the
-        next tick retries: the lifecycle re-issues CreateGroup for missing replicas)."""
+        next tick retries: the lifecycle re-issues CreateGroup for missing replicas). A group
+        whose files cannot be written is observed as a failed start from then on."""
         paths = self.paths(rec)
         if paths.pidfile(action.group).exists():
             return True  # already launched (a re-issued create after a restart)
@@ -392,6 +401,38 @@ class Daemon:
         if used + need > self.capacity:
             return False
         devices = [d for d in range(self.s.gpus) if d not in taken][:need] if self.s.gpus else []
+        try:
+            proc, child, port = self._spawn(rec, action, devices)
+        except OSError as err:  # its files cannot be written (disk full, a path taken)
+            why = f"group {action.group} could not start: {err}"
+            log.warning("%s: %s", rec.key, why)
+            self._unstarted[(rec.key, action.group)] = (need, why)
+            return False
+        if child is not None:
+            self._children[(rec.key, action.group)] = child
+        # the standing warm shim for the next resize waits until this group is under way
+        self._warm_after[rec.key] = time.monotonic() + WARM_DELAY_S
+        self.store.add_group(
+            GroupRecord(
+                rec.key,
+                action.group,
+                need,
+                proc.pid,
+                proc.start_ticks,
+                port,
+                devices,
+                started=time.time(),
+            )
+        )
+        return True
+
+    def _spawn(
+        self, rec: JobRecord, action: CreateGroup, devices: list[int]
+    ) -> tuple[P.GroupProcess, subprocess.Popen[bytes] | None, int]:
+        """Write the group's files and start its shim (or hand the plan to the warm one):
+        the shim, the Popen to reap it, the rendezvous port."""
+        paths = self.paths(rec)
+        need = len(action.allocation)
         paths.checkpoint.mkdir(parents=True, exist_ok=True)
         if not paths.token.exists():
             paths.token.write_text(rec.token)
@@ -415,33 +456,22 @@ class Daemon:
         ]
         grace = float(rec.spec.termination_grace_period_seconds)
         warm = self._warm.pop(rec.key, None)
-        proc, child = P.launch(
-            paths,
-            action.group,
-            ranks,
-            grace_s=grace,
-            cwd=trainer.get("workingDir"),
-            warm=warm[0] if warm is not None else None,
-        )
+        try:
+            proc, child = P.launch(
+                paths,
+                action.group,
+                ranks,
+                grace_s=grace,
+                cwd=trainer.get("workingDir"),
+                warm=warm[0] if warm is not None else None,
+            )
+        except OSError:
+            if warm is not None:  # not handed this plan: it can still serve the next group
+                self._warm[rec.key] = warm
+            raise
         if child is None and warm is not None:
             child = warm[1]  # the warm shim became this group's shim
-        if child is not None:
-            self._children[(rec.key, action.group)] = child
-        # the standing warm shim for the next resize waits until this group is under way
-        self._warm_after[rec.key] = time.monotonic() + WARM_DELAY_S
-        self.store.add_group(
-            GroupRecord(
-                rec.key,
-                action.group,
-                need,
-                proc.pid,
-                proc.start_ticks,
-                port,
-                devices,
-                started=time.time(),
-            )
-        )
-        return True
+        return proc, child, port
 
     def prewarm(self, rec: JobRecord) -> None:
         """Start the job's next shim now, importing torch while the old group checkpoints."""
@@ -546,7 +576,10 @@ class Daemon:
         elapsed, self._last_accrue = now_mono - self._last_accrue, now_mono
         now = datetime.now(UTC)
         for rec in list(self.jobs.values()):
-            self.step_job(rec, now, elapsed)
+            try:
+                self.step_job(rec, now, elapsed)
+            except Exception:  # one job's trouble must not stop the others
+                log.exception("step of %s failed", rec.key)
         self.escalate()
         self.reap()
         if self._round_due or now_mono - self._last_round >= self.s.round_s:
@@ -565,6 +598,8 @@ class Daemon:
                 shutil.rmtree(self.paths(rec).root, ignore_errors=True)
                 self.store.purge(rec.key)
                 self._told_unfit.discard(rec.key)
+                for unstarted in [k for k in self._unstarted if k[0] == rec.key]:
+                    del self._unstarted[unstarted]
                 self._round_due = True
             return
         if rec.status.phase.finished and not observed.any_present():

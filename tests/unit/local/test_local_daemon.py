@@ -300,3 +300,32 @@ def test_a_pending_job_that_can_no_longer_fit_is_told_why(daemon_factory, backen
         "Warning Unschedulable: needs 3 slots (minReplicas 3 x 1 per replica) but the local"
         " daemon has 2: it cannot start until it has more"
     )
+
+
+def test_a_job_that_cannot_be_launched_fails_alone(daemon_factory, backend, home) -> None:
+    blocked = home / "jobs/default/bad/groups"  # a file where its directory must go
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("")
+    daemon_factory(FixedPolicy())
+    backend.submit("bad", "default", counter_spec("--steps", "5", max_restarts=1))
+    backend.submit("good", "default", counter_spec("--steps", "5"))
+    wait_for(lambda: _phase(backend, "good") == Phase.SUCCEEDED, timeout=30)
+    wait_for(lambda: _phase(backend, "bad") == Phase.FAILED, timeout=30)
+    v = backend.get("bad", "default")
+    assert v.status.restart_count(RestartCause.FAILURE) == 2
+    assert "could not start" in describe_text(v) and str(blocked) in describe_text(v)
+
+
+def test_one_jobs_error_does_not_stop_the_others(daemon_factory, backend) -> None:
+    d = daemon_factory(FixedPolicy())
+    observe = d.observe
+
+    def broken_for_bad(rec):  # type: ignore[no-untyped-def]
+        if rec.name == "bad":
+            raise RuntimeError("a bug that only this job hits")
+        return observe(rec)
+
+    d.observe = broken_for_bad  # type: ignore[method-assign]
+    backend.submit("bad", "default", counter_spec("--steps", "5"))
+    backend.submit("good", "default", counter_spec("--steps", "5"))
+    wait_for(lambda: _phase(backend, "good") == Phase.SUCCEEDED, timeout=30)
