@@ -11,6 +11,7 @@ reloads only rows that changed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import sqlite3
@@ -20,9 +21,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -370,6 +376,35 @@ def _dump(model: Any) -> str:
     return json.dumps(model.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
+def _finite(value: Any) -> Any:
+    """``value`` parsed from JSON with every NaN or infinity left out (earlier versions stored
+    them; the models now refuse them)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _load(model: type[M], text: str) -> M:
+    try:
+        return model.model_validate_json(text)
+    except ValidationError:
+        return model.model_validate(_finite(json.loads(text, parse_constant=lambda _: None)))
+
+
+def _hints(text: str | None) -> Hints | None:
+    """The stored report; one the models no longer accept is dropped (the job reports again
+    within seconds) rather than make every read of the jobs fail."""
+    if text is None:
+        return None
+    try:
+        return _load(Hints, text)
+    except ValidationError as err:
+        log.warning("dropping a stored report the models refuse: %s", err)
+        return None
+
+
 def _job(row: tuple[Any, ...]) -> JobRecord:
     (key, ns, name, seq, created, spec, status, token, desired, ra, deleted, rev, hints) = row
     return JobRecord(
@@ -379,13 +414,13 @@ def _job(row: tuple[Any, ...]) -> JobRecord:
         seq=int(seq),
         created=float(created),
         spec=AdaptiveJobSpec.model_validate_json(spec),
-        status=AdaptiveJobStatus.model_validate_json(status),
+        status=_load(AdaptiveJobStatus, status),
         token=token,
         desired=None if desired is None else [str(n) for n in json.loads(desired)],
         restart_after=ra,
         deleted=bool(deleted),
         rev=int(rev),
-        hints=None if hints is None else Hints.model_validate_json(hints),
+        hints=_hints(hints),
     )
 
 
