@@ -129,6 +129,7 @@ class Daemon:
         self._warm: dict[str, tuple[P.GroupProcess, subprocess.Popen[bytes]]] = {}
         self._warm_after: dict[str, float] = {}
         self._told_unfit: set[str] = set()
+        self._step_errors: dict[str, str] = {}  # job -> the last error its step raised
         #: (job, group) -> (replicas, why) for groups whose launch failed: failed starts
         self._unstarted: dict[tuple[str, int], tuple[int, str]] = {}
         self._stop = threading.Event()
@@ -578,8 +579,11 @@ class Daemon:
         for rec in list(self.jobs.values()):
             try:
                 self.step_job(rec, now, elapsed)
-            except Exception:  # one job's trouble must not stop the others
-                log.exception("step of %s failed", rec.key)
+                self._step_errors.pop(rec.key, None)
+            except Exception as err:  # one job's trouble must not stop the others
+                if self._step_errors.get(rec.key) != repr(err):  # once per new error, not per tick
+                    self._step_errors[rec.key] = repr(err)
+                    log.exception("step of %s failed", rec.key)
         self.escalate()
         self.reap()
         if self._round_due or now_mono - self._last_round >= self.s.round_s:
@@ -598,6 +602,7 @@ class Daemon:
                 shutil.rmtree(self.paths(rec).root, ignore_errors=True)
                 self.store.purge(rec.key)
                 self._told_unfit.discard(rec.key)
+                self._step_errors.pop(rec.key, None)
                 for unstarted in [k for k in self._unstarted if k[0] == rec.key]:
                     del self._unstarted[unstarted]
                 self._round_due = True

@@ -74,7 +74,12 @@ def _is_this_interpreter(command: str, path: str | None, cwd: str | None) -> boo
             return False
         command = found
     command = os.path.join(cwd or os.getcwd(), command)  # an absolute command stays as it is
-    return os.path.realpath(command) == os.path.realpath(sys.executable)
+    # Every virtual environment's python links to the same base interpreter: the directory
+    # it sits in tells the daemon's environment from another one.
+    here = os.path.realpath(os.path.dirname(sys.executable))
+    return os.path.realpath(os.path.dirname(command)) == here and os.path.realpath(
+        command
+    ) == os.path.realpath(sys.executable)
 
 
 class ForkedRank:

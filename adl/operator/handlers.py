@@ -15,7 +15,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -115,6 +115,8 @@ class Runtime:
         #: the controller as a failed start (kept in memory: after an operator restart the
         #: create is simply tried, and refused, once more)
         self.refused: dict[str, PodState] = {}
+        #: job key -> what of a deleted job of the same name it waits for (said once)
+        self.waiting: dict[str, str] = {}
 
     def lock(self, key: str) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -169,16 +171,21 @@ def _require_own(job: P.JobRef, obj: dict[str, Any] | None, kind: str) -> None:
         )
 
 
-def _own_pods(job: P.JobRef, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The job's pods: those of a deleted job of the same name (still terminating) share the
-    labels, but not the owner."""
-
-    def owned(pod: dict[str, Any]) -> bool:
+def _split_pods(
+    job: P.JobRef, pods: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The job's pods, and the names of those of a deleted job of the same name (same labels,
+    another owner; still saving their checkpoint): no group may start beside them."""
+    own: list[dict[str, Any]] = []
+    foreign: list[str] = []
+    for pod in pods:
         owners = (pod.get("metadata") or {}).get("ownerReferences") or []
         uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
-        return not uids or job.uid in uids
-
-    return [p for p in pods if owned(p)]
+        if not uids or job.uid in uids:
+            own.append(pod)
+        else:
+            foreign.append(str((pod.get("metadata") or {}).get("name", "")))
+    return own, foreign
 
 
 async def _ensure_resources(rt: Runtime, job: P.JobRef, spec: AdaptiveJobSpec, body: Any) -> None:
@@ -220,8 +227,10 @@ async def _execute(
     spec: AdaptiveJobSpec,
     pods: list[PodState],
     actions: list[Action],
+    foreign: Sequence[str] = (),
 ) -> None:
-    """Carry out the controller's actions with Kubernetes objects, in order."""
+    """Carry out the controller's actions with Kubernetes objects, in order. ``foreign``: pods
+    of a deleted job of the same name, which no new group may start beside."""
     job = P.JobRef.from_body(body)
     for action in actions:
         if isinstance(action, SetStatus):
@@ -233,6 +242,10 @@ async def _execute(
                 body["metadata"].get("resourceVersion"),
             )
         elif isinstance(action, CreateGroup):
+            if foreign:
+                raise _Leftovers(
+                    f"pod {foreign[0]} of a deleted job of the same name is still stopping"
+                )
             await _ensure_resources(rt, job, spec, body)
             alloc = list(action.allocation)
             slots = P.node_slots(alloc)
@@ -343,7 +356,7 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 await _fail_invalid(rt, body, exc)
                 return False
             raw_pods = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
-            raw_pods = _own_pods(P.JobRef.from_body(body), raw_pods)
+            raw_pods, foreign = _split_pods(P.JobRef.from_body(body), raw_pods)
             status = _status_of(body)
             key = f"{namespace}/{name}"
             pods = _with_refused(rt, key, status.group, classify_all(raw_pods))
@@ -351,13 +364,16 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
             desired = desired_allocation(body)
             actions = step(key, spec, status, observed, desired, _now(), CONFIG.timing)
             try:
-                await _execute(rt, body, spec, pods, actions)
+                await _execute(rt, body, spec, pods, actions, foreign)
             except (Conflict, _Refused):
                 continue
             except _Leftovers as exc:  # the next look at a starting job tries again
-                log.info("%s/%s: %s", namespace, name, exc)
-                _event(body, "Warning", "PreviousJobResources", str(exc))
+                if rt.waiting.get(key) != str(exc):  # say so once per thing waited for
+                    rt.waiting[key] = str(exc)
+                    log.info("%s: %s", key, exc)
+                    _event(body, "Warning", "PreviousJobResources", str(exc))
                 return False
+            rt.waiting.pop(key, None)
             for pod in finished_leftovers(pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
             suspended = any(
@@ -545,6 +561,7 @@ async def on_delete(
     rt.locks.pop(f"{namespace}/{name}", None)
     rt.reconciled.pop(f"{namespace}/{name}", None)
     rt.refused.pop(f"{namespace}/{name}", None)
+    rt.waiting.pop(f"{namespace}/{name}", None)
     annotations = body.get("metadata", {}).get("annotations") or {}
     if status.allocation or P.ANNOTATION_ALLOCATION in annotations:
         await round_soon(rt, f"deleting {namespace}/{name}")

@@ -51,7 +51,7 @@ def pod_requests(k8s: Any) -> list[tuple[int, str, str]]:
     return out
 
 
-async def test_image_pull_backoff_pod_is_never_deleted_and_overlaps_next_group(
+async def test_a_pod_stuck_pulling_its_image_is_deleted_before_the_next_group(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
 ) -> None:
     from adl.controller.lifecycle import Timing
@@ -77,7 +77,7 @@ async def test_image_pull_backoff_pod_is_never_deleted_and_overlaps_next_group(
     )
 
 
-async def test_failed_job_leaves_image_pull_backoff_pod_holding_gpus(
+async def test_a_failed_job_deletes_its_pod_stuck_pulling_its_image(
     k8s: Any, policy: ScriptedPolicy, operator: Operator
 ) -> None:
     policy.answer = {KEY: ["node-a"]}

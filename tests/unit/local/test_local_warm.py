@@ -31,15 +31,25 @@ def test_script_of_accepts_this_interpreter_on_a_script_or_module() -> None:
 
 
 def test_script_of_finds_the_command_as_the_jobs_exec_would(tmp_path: Path) -> None:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "python").symlink_to(PY)
-    path = os.pathsep.join(["/nonexistent", str(bindir)])
-    assert script_of(["python", "train.py"], path) == ("path", "train.py", [], False)
-    assert script_of(["python", "train.py"], "/nonexistent") is None  # not on the job's PATH
+    here, name = os.path.split(PY)
+    path = os.pathsep.join(["/nonexistent", here])
+    assert script_of([name, "train.py"], path) == ("path", "train.py", [], False)
+    assert script_of([name, "train.py"], "/nonexistent") is None  # not on the job's PATH
     # a relative path is found from the job's working directory, not the daemon's
-    assert script_of(["bin/python", "-m", "m"], "", str(tmp_path)) == ("module", "m", [], False)
-    assert script_of(["bin/python", "-m", "m"], "", "/") is None
+    parent, env_bin = os.path.split(here)
+    relative = os.path.join(env_bin, name)
+    assert script_of([relative, "-m", "m"], "", parent) == ("module", "m", [], False)
+    assert script_of([relative, "-m", "m"], "", "/") is None
+
+
+def test_another_environments_python_is_not_this_interpreter(tmp_path: Path) -> None:
+    """Every virtual environment's python links to the same base interpreter; a job that runs
+    another environment's must not be forked inside the daemon's."""
+    other = tmp_path / "other-venv" / "bin"
+    other.mkdir(parents=True)
+    (other / "python").symlink_to(os.path.realpath(PY))
+    assert script_of(["python", "train.py"], str(other)) is None
+    assert script_of([str(other / "python"), "train.py"]) is None
 
 
 def test_a_bare_python_job_is_resized_from_a_warm_shim(daemon_factory, backend, home) -> None:  # type: ignore[no-untyped-def]

@@ -31,7 +31,11 @@ class Cluster:
             "status": {},
         }
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.events: list[str] = []
+        self.events: list[str] = []  # the PreviousJobResources events' messages
+
+    def said(self, reason: str, message: str) -> None:
+        if reason == "PreviousJobResources":
+            self.events.append(message)
 
     def leftovers_of_the_old_job(self) -> None:
         for obj in (P.build_service(OLD), P.build_token_secret(OLD, "old-token")):
@@ -42,11 +46,11 @@ class Cluster:
         pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         self.create(pod)
 
-    def collect_garbage(self) -> None:
+    def collect_garbage(self, kinds: tuple[str, ...]) -> None:
         self.objects = {
             k: o
             for k, o in self.objects.items()
-            if o["metadata"]["ownerReferences"][0]["uid"] != OLD.uid
+            if k[0] not in kinds or o["metadata"]["ownerReferences"][0]["uid"] != OLD.uid
         }
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any]:
@@ -92,24 +96,46 @@ def owner(obj: dict[str, Any] | None) -> str:
 
 async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go(monkeypatch: Any) -> None:
     cluster = Cluster()
-    monkeypatch.setattr(
-        handlers, "_event", lambda body, t, reason, m: cluster.events.append(reason)
-    )
+    monkeypatch.setattr(handlers, "_event", lambda body, t, reason, m: cluster.said(reason, m))
     cluster.leftovers_of_the_old_job()
     rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]
     await handlers._reconcile_job(rt, "ns", "j")
     # the old pod (same labels, another owner) is not taken for the new job's group 1 ...
     assert cluster.job["status"]["phase"] == "Starting"
     assert cluster.job["status"]["group"] == 1
-    # ... and nothing of the old job is adopted: no pod starts on its Service and Secret
+    # ... and nothing of the old job is adopted, nor does a pod start beside the old one
     assert owner(cluster.get_secret("ns", "j-adl-token")) == OLD.uid
     assert "adl.dev/token-sha256" not in cluster.job["metadata"]["annotations"]
-    assert "PreviousJobResources" in cluster.events
-    cluster.collect_garbage()
+    assert cluster._get("Pod", P.pod_name("j", 1, 0)) is not None  # the old job's, still
+    assert owner(cluster._get("Pod", P.pod_name("j", 1, 0))) == OLD.uid
+    await handlers._reconcile_job(rt, "ns", "j")
+    assert len(cluster.events) == 1 and "still stopping" in cluster.events[0]  # said once
+    # the collector takes Service and Secret at once; the old pod saves its checkpoint first
+    cluster.collect_garbage(("Service", "Secret"))
+    await handlers._reconcile_job(rt, "ns", "j")
+    assert owner(cluster._get("Pod", P.pod_name("j", 1, 0))) == OLD.uid
+    assert cluster.get_secret("ns", "j-adl-token") is None
+    cluster.collect_garbage(("Pod",))
     await handlers._reconcile_job(rt, "ns", "j")
     assert owner(cluster.get_service("ns", "j")) == NEW.uid
     secret = cluster.get_secret("ns", "j-adl-token")
     assert owner(secret) == NEW.uid
     assert secret is not None and P.token_from_secret(secret) not in (None, "old-token")
-    pod = cluster._get("Pod", P.pod_name("j", 1, 0))
-    assert owner(pod) == NEW.uid
+    assert owner(cluster._get("Pod", P.pod_name("j", 1, 0))) == NEW.uid
+    assert len(cluster.events) == 1
+
+
+async def test_the_old_jobs_children_are_waited_for_even_when_the_pod_is_gone(
+    monkeypatch: Any,
+) -> None:
+    cluster = Cluster()
+    monkeypatch.setattr(handlers, "_event", lambda body, t, reason, m: cluster.said(reason, m))
+    cluster.leftovers_of_the_old_job()
+    cluster.collect_garbage(("Pod",))
+    rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]
+    await handlers._reconcile_job(rt, "ns", "j")
+    assert cluster._get("Pod", P.pod_name("j", 1, 0)) is None
+    assert cluster.events and "Service j still belongs to a deleted job" in cluster.events[0]
+    cluster.collect_garbage(("Service", "Secret"))
+    await handlers._reconcile_job(rt, "ns", "j")
+    assert owner(cluster._get("Pod", P.pod_name("j", 1, 0))) == NEW.uid
