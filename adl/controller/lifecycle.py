@@ -32,6 +32,9 @@ from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, Res
 #: Exit code of a worker that checkpointed and stopped on SIGTERM (128 + 15).
 EXIT_STOPPED = 143
 
+#: a replica still present this long after its stop was due is reported (its node may be down)
+STOP_OVERDUE_S = 60.0
+
 #: Condition types the controller maintains (one of each, sorted by type).
 CONDITION_TYPES = ("Complete", "Failed", "Running", "Scheduled", "Suspended")
 
@@ -67,6 +70,9 @@ class ReplicaState:
     #: not running, yet still holding its GPUs until deleted: a Kubernetes pod whose container
     #: could not start (e.g. ImagePullBackOff) stays bound to its node, and may start later
     holds: bool = False
+    #: when a requested stop should be complete (a Kubernetes pod's deletionTimestamp: the end
+    #: of its grace period); a replica still there well after it is probably on a lost node
+    stop_due: datetime | None = None
 
     @property
     def alive(self) -> bool:
@@ -327,6 +333,30 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
         s.phase(Phase.STARTING, waiting.reason, f"rank {waiting.rank}: {waiting.message}")
 
 
+def _report_overdue_stop(s: _Step) -> None:
+    """Say why the next group does not start when an old replica outlives its stop by far: a
+    pod on a node that went down stays Terminating until someone deals with the node (adl
+    will not start a group beside a worker that may still run)."""
+    late = [
+        r
+        for r in s.observed.replicas
+        if r.present
+        and r.stop_due is not None
+        and (s.now - r.stop_due).total_seconds() > STOP_OVERDUE_S
+    ]
+    if not late or s.status.phase != Phase.RESTARTING:
+        return
+    r = late[0]
+    due = r.stop_due.strftime("%Y-%m-%dT%H:%M:%SZ") if r.stop_due is not None else "?"
+    message = (  # no running clock in it: the status must not change on every look
+        f"group {r.group} rank {r.rank} should have stopped by {due} (is its node down?); "
+        "the next group starts once it is gone"
+    )
+    if s.status.reason != "WaitingForStop":
+        s.event("Warning", "WaitingForStop", message)
+    s.phase(Phase.RESTARTING, "WaitingForStop", message)
+
+
 def step(
     job: str,
     spec: AdaptiveJobSpec,
@@ -377,6 +407,7 @@ def step(
             s.phase(Phase.SUCCEEDED, "Succeeded", "workers finished while being stopped")
         elif observed.any_present():
             s.stop(current)  # wait for every replica to exit before the next group
+            _report_overdue_stop(s)
         else:
             _start_group(s)
         return s.finish()

@@ -51,6 +51,7 @@ class PodState:
     node: str = ""
     since: datetime | None = None  # when the current reason (e.g. Unschedulable) began
     holds: bool = False  # failed to start, but still bound to its node (see ReplicaState)
+    stop_due: datetime | None = None  # deletionTimestamp: the end of its grace period
 
 
 def _trainer_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -80,6 +81,7 @@ def classify(pod: Mapping[str, Any]) -> PodState:
         "group": int(labels.get(LABEL_GROUP, -1)),
         "index": int(labels.get(LABEL_INDEX, 0)),
         "deleting": bool(meta.get("deletionTimestamp")),
+        "stop_due": parse_time(meta.get("deletionTimestamp")),
         "node": (pod.get("spec") or {}).get("nodeName", ""),
     }
     phase = status.get("phase", "Pending")
@@ -166,6 +168,7 @@ def observed_workers(
                 terminating=pod.deleting,
                 since=pod.since,
                 holds=pod.holds,
+                stop_due=pod.stop_due,
             )
             for r in ranks
         ]

@@ -544,3 +544,23 @@ def test_teardown_stops_every_live_group_once() -> None:
 def test_exit_codes(code: int, phase: ReplicaPhase, reason: str) -> None:
     r = ReplicaState.exited(3, 1, code)
     assert (r.phase, r.reason, r.exit_code, r.alive) == (phase, reason, code, False)
+
+
+def test_a_replica_that_outlives_its_stop_by_far_is_reported_once() -> None:
+    """A pod on a node that went down stays Terminating: the next group must not start beside
+    it, but the job should say why it waits."""
+    due = NOW - timedelta(seconds=30)
+    stuck = ObservedWorkers((ReplicaState(1, 0, R, terminating=True, stop_due=due),))
+    st = status(Phase.RESTARTING, allocation=["n0"])
+    st, acts = _drive(spec(), st, stuck, ["n1"])
+    assert st.reason != "WaitingForStop" and not acts  # still within its grace
+    later = NOW + timedelta(minutes=5)
+    st, acts = _drive(spec(), st, stuck, ["n1"], later)
+    assert st.phase == Phase.RESTARTING and st.reason == "WaitingForStop"
+    assert "group 1 rank 0 should have stopped by" in st.message
+    assert [a.reason for a in acts if isinstance(a, EmitEvent)] == ["WaitingForStop"]
+    assert not any(isinstance(a, CreateGroup) for a in acts)
+    again = step(JOB, spec(), st, stuck, ["n1"], later + timedelta(minutes=5))
+    assert again == []  # a fixed point: no status churn, no second event
+    st, acts = _drive(spec(), st, NONE, ["n1"], later)
+    assert [a.group for a in acts if isinstance(a, CreateGroup)] == [2]

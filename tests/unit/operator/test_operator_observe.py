@@ -103,3 +103,11 @@ def test_finished_pods_of_old_groups_are_leftovers() -> None:
         PodState("j-g0-0", 0, 0, PodPhase.RUNNING),  # alive: the lifecycle stops it first
     ]
     assert [p.name for p in finished_leftovers(pods, group=3)] == ["j-g1-0"]
+
+
+def test_a_deleted_pod_says_when_its_stop_is_due() -> None:
+    body = pod("Running", {"running": {}})
+    body["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    st = classify(body)
+    assert st.deleting and st.stop_due is not None and st.stop_due.minute == 1
+    assert classify(pod("Running", {"running": {}})).stop_due is None
