@@ -7,36 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kubernetes import client
 from operator_harness import *  # noqa: F403
 from operator_harness import Operator, ScriptedPolicy, eventually, objects
-from test_operator_lifecycle import KEY, NS, job_body, status, submit
-
-from adl.operator.store import MERGE, api_client
-
-
-async def image_pull_backoff(name: str) -> None:
-    """What the kubelet reports while it retries a failing pull: the pod is bound to its node
-    (its GPUs are reserved) and stays Pending; kubelet keeps retrying."""
-    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "registry timeout"}}
-    body = {
-        "spec": {"nodeName": "node-a"},
-        "status": {
-            "phase": "Pending",
-            "containerStatuses": [
-                {
-                    "name": "trainer",
-                    "state": waiting,
-                    "image": "train:1",
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                }
-            ],
-        },
-    }
-    core = client.CoreV1Api(api_client())
-    await asyncio.to_thread(core.patch_namespaced_pod_status, name, NS, body, _content_type=MERGE)
+from test_operator_lifecycle import KEY, image_pull_backoff, job_body, status, submit
 
 
 def pod_requests(k8s: Any) -> list[tuple[int, str, str]]:
@@ -61,7 +34,7 @@ async def test_a_pod_stuck_pulling_its_image_is_deleted_before_the_next_group(
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body(maxRestarts=1))
     await eventually(lambda: "train-g1-0" in objects(k8s, "pods"), what="g1-0")
-    await image_pull_backoff("train-g1-0")
+    await image_pull_backoff("train-g1-0", "registry timeout")
 
     # the failure is counted and, after the backoff, group 2 is created ...
     await eventually(lambda: "train-g2-0" in objects(k8s, "pods"), what="group 2 created")
@@ -83,7 +56,7 @@ async def test_a_failed_job_deletes_its_pod_stuck_pulling_its_image(
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body(maxRestarts=0))
     await eventually(lambda: "train-g1-0" in objects(k8s, "pods"), what="g1-0")
-    await image_pull_backoff("train-g1-0")
+    await image_pull_backoff("train-g1-0", "registry timeout")
     await eventually(lambda: status(k8s).get("phase") == "Failed", what="Failed")
     await asyncio.sleep(2.0)  # several ticks and rounds (0.3 s apart)
     pods = objects(k8s, "pods")

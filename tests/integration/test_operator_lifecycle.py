@@ -55,6 +55,30 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
 
 
+async def image_pull_backoff(name: str, message: str) -> None:
+    """What the kubelet reports while it retries a failing pull: the pod is bound to its node
+    (its GPUs are reserved) and stays Pending; kubelet keeps retrying."""
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": message}}
+    body = {
+        "spec": {"nodeName": "node-a"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "state": waiting,
+                    "image": "train:1",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                }
+            ],
+        },
+    }
+    core = client.CoreV1Api(api_client())
+    await asyncio.to_thread(core.patch_namespaced_pod_status, name, NS, body, _content_type=MERGE)
+
+
 async def set_pod_phase(name: str, phase: str, exit_code: int | None = None) -> None:
     state: dict[str, Any] = {"running": {}}
     if exit_code is not None:
@@ -208,26 +232,7 @@ async def test_image_pull_error_surfaces_as_reason(
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body(maxRestarts=0))
     await eventually(lambda: alive(k8s) == {"train-g1-0"})
-    core = client.CoreV1Api(api_client())
-    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "no such image train:1"}}
-    body = {
-        "status": {
-            "phase": "Pending",
-            "containerStatuses": [
-                {
-                    "name": "trainer",
-                    "state": waiting,
-                    "image": "train:1",
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                }
-            ],
-        }
-    }
-    await asyncio.to_thread(
-        core.patch_namespaced_pod_status, "train-g1-0", NS, body, _content_type=MERGE
-    )
+    await image_pull_backoff("train-g1-0", "no such image train:1")
     st = await eventually(lambda: status(k8s).get("phase") == "Failed" and status(k8s))
     assert st["reason"] == "ImagePullError" and "no such image" in st["message"]
 

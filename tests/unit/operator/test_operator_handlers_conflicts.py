@@ -3,43 +3,25 @@ decides again instead of overwriting a concurrent write or creating pods on a st
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from operator_kit import MemoryCluster
+
 from adl.operator import handlers
-from adl.operator.store import Conflict
-
-TEMPLATE = {"spec": {"containers": [{"name": "t", "image": "i", "command": ["x"]}]}}
 
 
-class FakeStore:
-    """An API server in memory that bumps resourceVersion on every write and rejects status
-    writes carrying an old one, like the real one does."""
+class FakeStore(MemoryCluster):
+    """Another writer sneaks in once, right after our first read."""
 
     def __init__(self) -> None:
-        self.job: dict[str, Any] = {
-            "metadata": {
-                "name": "j",
-                "namespace": "ns",
-                "uid": "u",
-                "resourceVersion": "1",
-                "annotations": {"adl.dev/allocation": '["n1"]'},
-            },
-            "spec": {"template": TEMPLATE},
-            "status": {},
-        }
-        self.pods: list[dict[str, Any]] = []
+        super().__init__()
         self.status_writes: list[dict[str, Any]] = []
         self.reads = 0
-        self.concurrent_writes = 1  # another writer sneaks in once, right after our first read
-
-    def _bump(self) -> None:
-        rv = int(self.job["metadata"]["resourceVersion"]) + 1
-        self.job["metadata"]["resourceVersion"] = str(rv)
+        self.concurrent_writes = 1
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         self.reads += 1
-        body = copy.deepcopy(self.job)
+        body = super().get_job(namespace, name)
         if self.concurrent_writes:
             self.concurrent_writes -= 1
             self.job["status"]["hints"] = {"initBatchSize": 8}  # e.g. the API stored hints
@@ -49,32 +31,8 @@ class FakeStore:
     def patch_job_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
     ) -> None:
-        if resource_version and resource_version != self.job["metadata"]["resourceVersion"]:
-            raise Conflict("stale")
+        super().patch_job_status(namespace, name, status, resource_version)
         self.status_writes.append(status)
-        self.job["status"].update(status)
-        self._bump()
-
-    def patch_job_annotations(self, namespace: str, name: str, ann: dict[str, Any]) -> None:
-        self.job["metadata"]["annotations"].update(ann)
-        self._bump()
-
-    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.pods)
-
-    def create(self, obj: dict[str, Any]) -> bool:
-        if obj["kind"] == "Pod":
-            self.pods.append(obj)
-        return True
-
-    def get_secret(self, namespace: str, name: str) -> None:
-        return None
-
-    def get_pvc(self, namespace: str, name: str) -> None:
-        return None
-
-    def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
-        self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
 
 
 async def test_a_conflicting_write_is_decided_again_from_a_fresh_read(monkeypatch: Any) -> None:

@@ -5,49 +5,24 @@ pods holding their GPUs while they waited for the refused peer."""
 
 from __future__ import annotations
 
-import copy
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from operator_kit import MemoryCluster
 
 from adl.operator import handlers
 
-TEMPLATE = {"spec": {"containers": [{"name": "t", "image": "i", "command": ["x"]}]}}
 
-
-class QuotaStore:
-    """An API server in memory whose quota admits ``quota`` pods at a time."""
+class QuotaStore(MemoryCluster):
+    """A cluster whose quota admits ``quota`` pods at a time (or that answers ``status``)."""
 
     def __init__(self, quota: int, status: int = 403) -> None:
-        self.job: dict[str, Any] = {
-            "metadata": {
-                "name": "j",
-                "namespace": "ns",
-                "uid": "u",
-                "resourceVersion": "1",
-                "annotations": {"adl.dev/allocation": '["n1", "n2"]'},
-            },
-            "spec": {"template": TEMPLATE, "maxReplicas": 2, "maxRestarts": 1},
-            "status": {},
-        }
-        self.pods: list[dict[str, Any]] = []
+        super().__init__('["n1", "n2"]', maxReplicas=2, maxRestarts=1)
         self.quota = quota
         self.answer = status
         self.refusals = 0
-
-    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
-        return copy.deepcopy(self.job)
-
-    def patch_job_status(self, ns: str, name: str, status: dict[str, Any], rv: Any) -> None:
-        self.job["status"].update(copy.deepcopy(status))
-
-    def patch_job_annotations(self, ns: str, name: str, ann: dict[str, Any]) -> None:
-        self.job["metadata"]["annotations"].update(ann)
-
-    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.pods)
 
     def create(self, obj: dict[str, Any]) -> bool:
         if obj["kind"] == "Pod" and len(self.pods) >= self.quota:
@@ -55,18 +30,7 @@ class QuotaStore:
             exc = ApiException(status=self.answer, reason="Forbidden")
             exc.body = json.dumps({"message": "exceeded quota: gpu-quota"})
             raise exc
-        if obj["kind"] == "Pod":
-            self.pods.append(obj)
-        return True
-
-    def get_secret(self, namespace: str, name: str) -> None:
-        return None
-
-    def get_pvc(self, namespace: str, name: str) -> None:
-        return None
-
-    def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
-        self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
+        return super().create(obj)
 
 
 async def test_a_refused_pod_is_a_failed_start_and_the_job_fails_past_its_budget(
