@@ -337,20 +337,21 @@ def _report_overdue_stop(s: _Step) -> None:
     """Say why the next group does not start when an old replica outlives its stop by far: a
     pod on a node that went down stays Terminating until someone deals with the node (adl
     will not start a group beside a worker that may still run)."""
+    if s.status.phase != Phase.RESTARTING:
+        return
     late = [
-        r
+        (r, r.stop_due)
         for r in s.observed.replicas
         if r.present
         and r.stop_due is not None
         and (s.now - r.stop_due).total_seconds() > STOP_OVERDUE_S
     ]
-    if not late or s.status.phase != Phase.RESTARTING:
+    if not late:
         return
-    r = late[0]
-    due = r.stop_due.strftime("%Y-%m-%dT%H:%M:%SZ") if r.stop_due is not None else "?"
+    r, due = late[0]
     message = (  # no running clock in it: the status must not change on every look
-        f"group {r.group} rank {r.rank} should have stopped by {due} (is its node down?); "
-        "the next group starts once it is gone"
+        f"group {r.group} rank {r.rank} should have stopped by {due:%Y-%m-%dT%H:%M:%SZ} (is "
+        "its node down?); the next group starts once it is gone"
     )
     if s.status.reason != "WaitingForStop":
         s.event("Warning", "WaitingForStop", message)

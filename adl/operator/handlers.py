@@ -155,15 +155,18 @@ class _Leftovers(Exception):
     """A child object of the job's name belongs to a deleted job of the same name."""
 
 
+def _owned_elsewhere(job: P.JobRef, obj: dict[str, Any]) -> bool:
+    """Owned by another AdaptiveJob (a deleted one of the same name), not by ``job``."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
+    return bool(uids) and job.uid not in uids
+
+
 def _require_own(job: P.JobRef, obj: dict[str, Any] | None, kind: str) -> None:
     """Refuse to use a child of a deleted namespace-mate of the same name: the garbage
     collector is about to delete it (it would vanish from under the new job), and its token
     is not the new job's to inherit."""
-    if obj is None:
-        return
-    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
-    uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
-    if uids and job.uid not in uids:
+    if obj is not None and _owned_elsewhere(job, obj):
         name = (obj.get("metadata") or {}).get("name", "")
         raise _Leftovers(
             f"{kind} {name} still belongs to a deleted job of the same name; "
@@ -176,15 +179,8 @@ def _split_pods(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The job's pods, and the names of those of a deleted job of the same name (same labels,
     another owner; still saving their checkpoint): no group may start beside them."""
-    own: list[dict[str, Any]] = []
-    foreign: list[str] = []
-    for pod in pods:
-        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-        uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
-        if not uids or job.uid in uids:
-            own.append(pod)
-        else:
-            foreign.append(str((pod.get("metadata") or {}).get("name", "")))
+    own = [p for p in pods if not _owned_elsewhere(job, p)]
+    foreign = [str(p["metadata"].get("name", "")) for p in pods if _owned_elsewhere(job, p)]
     return own, foreign
 
 

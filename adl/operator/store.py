@@ -134,30 +134,23 @@ class KubeStore:
             if exc.status != 404:
                 raise
 
-    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _read(self, read: Callable[..., Any], namespace: str, name: str) -> dict[str, Any] | None:
+        """A namespaced object as plain data; None when it does not exist."""
         try:
-            return _plain(self.core.read_namespaced_secret(name, namespace), self.api)
+            return _plain(read(name, namespace), self.api)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(self.core.read_namespaced_secret, namespace, name)
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _plain(self.core.read_namespaced_service(name, namespace), self.api)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._read(self.core.read_namespaced_service, namespace, name)
 
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = self.core.read_namespaced_persistent_volume_claim(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return _plain(obj, self.api)
+        return self._read(self.core.read_namespaced_persistent_volume_claim, namespace, name)
 
     # -------------------------------------------------------------- the GPU pool
     def list_nodes(self) -> list[dict[str, Any]]:

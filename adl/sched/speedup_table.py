@@ -82,14 +82,15 @@ def _model_goodput(fn: SpeedupFunction, profiled: int, ks: np.ndarray) -> np.nda
     """Best goodput of the job's model at ``ks`` replicas on one node (column 0) and on
     several (column 1); optimistic above ``profiled``."""
     gf = fn.goodput_fn
-    one, several = np.ones_like(ks), np.full_like(ks, 2.0)
-    sync = np.stack([sync_time(gf.perf, one, ks), sync_time(gf.perf, several, ks)], axis=1)
+    sync = sync_time(gf.perf, _NODE_REGIMES, ks[:, None])
     above = ks > profiled
     if profiled > 0 and np.any(above):
         # Goodput falls as sync time grows, so valuing a row at the faster of the two sync
         # times is the better of the two models there, in one search.
-        frozen = frozen_sync(gf.perf, profiled)
-        for col, nodes in enumerate((one, several)):
-            hopeful = sync_time(frozen, nodes[above], ks[above])
-            sync[above, col] = np.minimum(sync[above, col], hopeful)
+        hopeful = sync_time(frozen_sync(gf.perf, profiled), _NODE_REGIMES, ks[above][:, None])
+        sync[above] = np.minimum(sync[above], hopeful)
     return best_goodput_at_sync(gf.perf, gf.grad, gf.bounds, ks, sync)
+
+
+#: node counts standing for the two sync regimes: within one node, across several
+_NODE_REGIMES = np.array([1.0, 2.0])
