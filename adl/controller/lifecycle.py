@@ -216,7 +216,13 @@ def _start_group(s: _Step) -> None:
     desired = s.desired or []
     if len(desired) < max(s.spec.min_replicas, 1):
         st.allocation, st.replicas, st.ready_replicas = [], 0, 0
-        s.phase(Phase.PENDING, "WaitingForAllocation", "waiting for the scheduler to assign GPUs")
+        need = max(s.spec.min_replicas, 1)
+        # neutral wording: on the local backend the slots may be CPU slots, not GPUs
+        s.phase(
+            Phase.PENDING,
+            "WaitingForAllocation",
+            f"waiting for the scheduler to allocate {need} replica{'s' if need > 1 else ''}",
+        )
         return
     if st.restart_after is not None and s.now < st.restart_after:
         wait = (st.restart_after - s.now).total_seconds()
