@@ -1,14 +1,18 @@
 {{/* Common names and labels. */}}
+{{/* The app name (nameOverride or the chart's), a label value: at most 63 characters. */}}
 {{- define "adl.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* Name of the release's objects: fullnameOverride as given, else RELEASE-NAME unless the
+release name already contains NAME. At most 63 characters, never ending in "-". */}}
 {{- define "adl.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- $full := .Values.fullnameOverride -}}
+{{- if not $full -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- $full = ternary .Release.Name (printf "%s-%s" .Release.Name $name) (contains $name .Release.Name) -}}
 {{- end -}}
+{{- $full | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "adl.labels" -}}
@@ -32,8 +36,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* repository@digest when image.digest is set (the tag is then ignored), else repository:tag. */}}
 {{- define "adl.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "adl.apiURL" -}}

@@ -25,6 +25,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no-peering": {"peering": {"enabled": False}},
     "standby": {"replicaCount": 2},
     "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
+    # OpenShift's restricted SCC assigns the UID: null drops a default key
+    "arbitrary-uid": {
+        "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
+    },
+    "digest": {"image": {"digest": "sha256:" + "0123456789abcdef" * 4}},
+    "networkpolicy": {
+        "networkPolicy": {"enabled": True, "extraFrom": [{"namespaceSelector": {}}]},
+        "namespaced": True,
+    },
 }
 
 
@@ -311,3 +320,186 @@ def test_dashboard_metrics_are_really_exported_by_the_api() -> None:
     for name in METRIC_NAMES:
         if name != "adl_hints_reports_total":  # appears once a report was counted
             assert f"\n{name}" in text or text.startswith(name), name
+
+
+def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (deploy,) = kinds(docs, "Deployment")
+    return deploy["spec"]["template"]["spec"]
+
+
+def test_security_contexts_default_to_the_images_user_and_can_be_overridden() -> None:
+    pod = pod_spec(render({}))
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    # OpenShift: no fixed IDs, the rest of the hardening stays (the README's --set flags)
+    flags = "podSecurityContext.runAsUser=null,podSecurityContext.runAsGroup=null,"
+    flags += "podSecurityContext.fsGroup=null"
+    assert helm.parse_set_string(flags) == VARIANTS["arbitrary-uid"]
+    pod = pod_spec(render(VARIANTS["arbitrary-uid"]))
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    pod = pod_spec(render({"podSecurityContext": {"runAsUser": 1000700000}}))
+    assert pod["securityContext"]["runAsUser"] == 1000700000
+    # a values file merges into the defaults; null drops the whole context
+    values = {"podSecurityContext": None, "securityContext": {"runAsNonRoot": True}}
+    pod = pod_spec(render(values))
+    assert "securityContext" not in pod
+    container = pod["containers"][0]["securityContext"]
+    assert container["runAsNonRoot"] is True and container["readOnlyRootFilesystem"] is True
+    with pytest.raises(helm.HelmError, match="podSecurityContext/runAsUser"):
+        render({"podSecurityContext": {"runAsUser": "nobody"}})
+
+
+def test_a_standby_is_kept_off_the_active_replicas_node_unless_affinity_is_given() -> None:
+    assert "affinity" not in pod_spec(render({}))
+    docs = render({"replicaCount": 2})
+    (deploy,) = kinds(docs, "Deployment")
+    anti = pod_spec(docs)["affinity"]["podAntiAffinity"]
+    assert list(anti) == ["preferredDuringSchedulingIgnoredDuringExecution"]  # soft, never required
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    selector = term["podAffinityTerm"]["labelSelector"]
+    assert selector == {"matchLabels": deploy["spec"]["selector"]["matchLabels"]}
+    mine = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    for replicas in (1, 2):
+        assert pod_spec(render({"replicaCount": replicas, "affinity": mine}))["affinity"] == mine
+
+
+def test_topology_spread_constraints_pass_through() -> None:
+    assert "topologySpreadConstraints" not in pod_spec(render({}))
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "adl"}},
+        }
+    ]
+    values = {"replicaCount": 2, "topologySpreadConstraints": spread}
+    assert pod_spec(render(values))["topologySpreadConstraints"] == spread
+
+
+def test_image_by_digest_ignores_the_tag() -> None:
+    digest = VARIANTS["digest"]["image"]["digest"]
+    values = {"image": {"repository": "registry.example/adl-op", "tag": "1.2.3", "digest": digest}}
+    image = pod_spec(render(values))["containers"][0]["image"]
+    assert image == f"registry.example/adl-op@{digest}"
+    for bad in ("sha256:abc", "sha256:" + "A" * 64, "sha512:" + "a" * 64, "latest", digest + " "):
+        with pytest.raises(helm.HelmError, match="image/digest"):
+            render({"image": {"digest": bad}})
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A LabelSelector as the API server evaluates it (the operators the chart uses)."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expr in selector.get("matchExpressions", []):
+        if expr["operator"] == "Exists":
+            ok = expr["key"] in labels
+        elif expr["operator"] == "In":
+            ok = labels.get(expr["key"]) in expr["values"]
+        else:
+            raise AssertionError(f"selects() does not know {expr['operator']}")
+        if not ok:
+            return False
+    return True
+
+
+def test_network_policy_admits_adl_workers_and_extra_peers_to_the_api_port() -> None:
+    from adl.models import AdaptiveJobSpec
+    from adl.operator import pods as P
+
+    assert kinds(render({}), "NetworkPolicy") == []
+    docs = render(VARIANTS["networkpolicy"])
+    (policy,) = kinds(docs, "NetworkPolicy")
+    (deploy,) = kinds(docs, "Deployment")
+    spec = policy["spec"]
+    assert spec["podSelector"] == deploy["spec"]["selector"]
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    http = [p for p in pod_spec(docs)["containers"][0]["ports"] if p["name"] == "http"]
+    assert rule["ports"] == [{"port": http[0]["containerPort"], "protocol": "TCP"}]
+    workers, *extra = rule["from"]
+    assert extra == [{"namespaceSelector": {}}]
+
+    # a worker pod as the operator builds it (with the user's template labels) is let in,
+    # the operator's own pods and unrelated pods are not
+    template = {
+        "metadata": {"labels": {"team": "a"}},
+        "spec": {"containers": [{"name": "t", "image": "img:1"}]},
+    }
+    job = P.JobRef(name="bert", namespace="team-a", uid="u")
+    worker = P.build_pod(
+        job, AdaptiveJobSpec(template=template), group=1, index=0, node="n", replicas=1, env={}
+    )
+    assert selects(workers["podSelector"], worker["metadata"]["labels"])
+    operator = deploy["spec"]["template"]["metadata"]["labels"]
+    assert not selects(workers["podSelector"], operator)
+    assert not selects(workers["podSelector"], {"team": "a"})
+
+    # only from the namespaces the operator watches
+    watched = {"kubernetes.io/metadata.name": "adl-system"}
+    assert selects(workers["namespaceSelector"], watched)
+    assert not selects(workers["namespaceSelector"], {"kubernetes.io/metadata.name": "team-a"})
+    values = {"networkPolicy": {"enabled": True}, "api": {"port": 9000}}
+    (policy,) = kinds(render(values), "NetworkPolicy")
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 9000, "protocol": "TCP"}]
+    assert rule["from"][0]["namespaceSelector"] == {}  # cluster-wide: workers in any namespace
+
+
+def test_notes_warn_when_the_network_policy_shuts_out_prometheus() -> None:
+    def notes(values: dict[str, Any]) -> str:
+        with helm.Chart.load(CHART) as chart:
+            out = chart.render(values, name="adl", namespace="adl-system", is_install=True)
+        return out["adl/templates/NOTES.txt"]
+
+    both: dict[str, Any] = {
+        "networkPolicy": {"enabled": True},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+    }
+    assert "networkPolicy.extraFrom" in notes(both)
+    both["networkPolicy"]["extraFrom"] = [{"namespaceSelector": {}}]
+    assert "Warning" not in notes(both) and "Warning" not in notes({})
+
+
+def test_name_overrides() -> None:
+    from adl.operator.main import parse_args
+
+    def names(docs: list[dict[str, Any]]) -> set[str]:
+        kinds_ = ("Deployment", "Service", "ServiceAccount", "ConfigMap", "NetworkPolicy")
+        return {d["metadata"]["name"] for d in docs if d["kind"] in kinds_}
+
+    values: dict[str, Any] = {
+        "fullnameOverride": "platform-sched",
+        "networkPolicy": {"enabled": True},
+    }
+    docs = render(values)
+    assert names(docs) == {"platform-sched", "platform-sched-dashboard"}
+    opts = parse_args(pod_spec(docs)["containers"][0]["args"])
+    assert opts.api_url == "http://platform-sched.adl-system.svc:8080"
+
+    docs = render({"nameOverride": "sched"})
+    assert names(docs) == {"adl-sched", "adl-sched-dashboard"}
+    (deploy,) = kinds(docs, "Deployment")
+    assert deploy["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "sched"
+    (svc,) = kinds(docs, "Service")
+    assert svc["spec"]["selector"]["app.kubernetes.io/name"] == "sched"
+
+    # cut to 63 characters, never ending in "-"
+    (deploy,) = kinds(render({"fullnameOverride": "a" * 62 + "-bc"}), "Deployment")
+    assert deploy["metadata"]["name"] == "a" * 62
+    with pytest.raises(helm.HelmError, match="fullnameOverride"):
+        render({"fullnameOverride": "Platform_Sched"})
