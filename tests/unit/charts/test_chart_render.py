@@ -158,8 +158,8 @@ def test_a_standby_replica_comes_with_a_disruption_budget() -> None:
 
 
 def test_two_namespaced_releases_of_one_name_do_not_collide() -> None:
-    def names(namespace: str) -> set[tuple[str, str | None, str]]:
-        values = {"namespaced": True, "watchNamespaces": ["shared-team"]}
+    def names(namespace: str, **extra: Any) -> set[tuple[str, str | None, str]]:
+        values = {"namespaced": True, "watchNamespaces": ["shared-team"], **extra}
         docs = render(values, namespace=namespace)
         return {
             (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
@@ -168,6 +168,11 @@ def test_two_namespaced_releases_of_one_name_do_not_collide() -> None:
         }
 
     assert names("team-a").isdisjoint(names("team-b"))
+    # a full name that leaves no room for the namespace within 63 characters
+    long = {"fullnameOverride": "a" * 60}
+    a, b = names("team-a", **long), names("team-b", **long)
+    assert a.isdisjoint(b)
+    assert all(len(name) <= 63 and not name.endswith("-") for _, _, name in a | b)
 
 
 def test_health_port_and_an_existing_service_account() -> None:
