@@ -191,6 +191,8 @@ class _Step:
 
     def finish(self) -> list[Action]:
         st, now = self.status, self.now
+        if st.phase.finished:  # a finished job holds nothing (metrics, ls, describe read this)
+            st.allocation, st.replicas, st.ready_replicas = [], 0, 0
         scheduled = bool(st.allocation) and not st.phase.finished
         set_condition(
             st, "Scheduled", scheduled, "Allocated" if scheduled else "NoAllocation", "", now

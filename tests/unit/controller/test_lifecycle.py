@@ -380,6 +380,9 @@ def test_failure_past_max_restarts_says_why() -> None:
     assert new.completion_time == NOW
     warn = [a for a in actions if isinstance(a, EmitEvent)]
     assert warn and warn[0].type == "Warning"
+    # a failed job holds no GPUs (metrics and `adl ls` read this), though its pods still stop
+    assert (new.allocation, new.replicas, new.ready_replicas) == ([], 0, 0)
+    assert any(isinstance(a, DeleteGroup) for a in actions)
 
 
 def test_backoff_grows_exponentially_and_is_capped() -> None:

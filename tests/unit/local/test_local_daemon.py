@@ -36,7 +36,8 @@ def test_job_runs_to_success_with_the_worker_env(daemon_factory, backend, home) 
     backend.submit("a", "default", counter_spec("--steps", "10"))
     wait_for(lambda: _phase(backend, "a") == Phase.SUCCEEDED)
     v = backend.get("a", "default")
-    assert v.status.replicas == 2 and v.status.group == 1
+    # ran as one group of two; finished, it holds nothing
+    assert v.status.group == 1 and v.status.replicas == 0 and v.status.allocation == []
     assert "start group=1 rank=0 world=2 step=0" in _log(home, "a", 0)
     assert "start group=1 rank=1 world=2" in _log(home, "a", 1)
     assert json.loads((home / "jobs/default/a/checkpoint/state.json").read_text())["step"] == 10
@@ -56,7 +57,7 @@ def test_resize_stops_the_group_and_resumes_at_the_new_size(daemon_factory, back
     st = backend.get("a", "default").status
     assert st.restart_count(RestartCause.RESIZE) == 1
     assert st.restart_count(RestartCause.FAILURE) == 0
-    assert st.group == 2 and st.replicas == 3
+    assert st.group == 2 and st.replicas == 0  # group 2 ran on 3 (below); finished, holds none
     log = _log(home, "a")
     stopped = int(re.search(r"stopped group=1 rank=0 step=(\d+)", log).group(1))  # type: ignore[union-attr]
     resumed = int(re.search(r"start group=2 rank=0 world=3 step=(\d+)", log).group(1))  # type: ignore[union-attr]
