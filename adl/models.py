@@ -148,6 +148,15 @@ class AdaptiveJobSpec(_Model):
         trainer = containers[0]
         if not isinstance(trainer, dict) or not (trainer.get("command") or trainer.get("image")):
             raise ValueError("template.spec.containers[0] needs a command or an image")
+        for key in ("command", "args"):  # a string here would be run letter by letter
+            value = trainer.get(key)
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(x, str) for x in value)
+            ):
+                raise ValueError(
+                    f"template.spec.containers[0].{key} must be a list of strings,"
+                    f" e.g. [python, train.py], got {value!r}"
+                )
         return v
 
     @model_validator(mode="after")

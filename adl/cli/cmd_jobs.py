@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from adl.cli.backend import Backend, BackendError, JobView
-from adl.models import AdaptiveJobSpec, Phase, RestartCause
+from adl.models import AdaptiveJobSpec, Phase, RestartCause, parse_spec
 from adl.operator.crd import API_VERSION
 
 BackendOpt = Annotated[
@@ -49,16 +48,6 @@ def _backend(name: str | None) -> Backend:
         return get_backend(name)
     except BackendError as err:
         raise fail(str(err)) from None
-
-
-def validation_message(err: ValidationError) -> str:
-    """pydantic errors as one line: ``spec.maxReplicas: Input should be ...; ...``."""
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if p != "__root__")
-        msg = str(e["msg"]).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts)
 
 
 def spec_from_command(
@@ -115,7 +104,7 @@ def spec_from_command(
     }
     if checkpoint:
         body["checkpoint"] = checkpoint
-    return AdaptiveJobSpec.model_validate(body)
+    return parse_spec(body)
 
 
 def manifest(path: Path) -> tuple[str | None, str | None, AdaptiveJobSpec]:
@@ -136,7 +125,7 @@ def manifest(path: Path) -> tuple[str | None, str | None, AdaptiveJobSpec]:
     if doc.get("apiVersion", API_VERSION) != API_VERSION:
         raise ValueError(f"{path}: apiVersion must be {API_VERSION}, got {doc.get('apiVersion')!r}")
     meta = doc.get("metadata") or {}
-    return meta.get("name"), meta.get("namespace"), AdaptiveJobSpec.model_validate(doc["spec"])
+    return meta.get("name"), meta.get("namespace"), parse_spec(doc["spec"])
 
 
 # ---------------------------------------------------------------------- rendering (pure)
@@ -338,9 +327,7 @@ def register(app: typer.Typer) -> None:
                 raise ValueError("the job needs a name")
             _check_name(name)
             _check_name(namespace, "namespace")
-        except ValidationError as err:
-            raise fail(f"invalid job: {validation_message(err)}", 2) from None
-        except ValueError as err:
+        except ValueError as err:  # InvalidSpec too: one readable line per problem
             raise fail(str(err), 2) from None
         b = _backend(backend)
         from adl.cli.backends import BackendKind, resolve_kind

@@ -225,6 +225,19 @@ def test_manifest_mistakes_are_one_line_as_written(adl_home: Path, tmp_path: Pat
     code, _, err = adl("submit", "-f", str(broken))
     flat = " ".join(err.split())
     assert code == 2 and "expected ',' or ']'" in flat and 'broken.yaml", line 2' in flat
+    # spec mistakes name the field as written, with a suggestion for a typo
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump({**good, "spec": {**good["spec"], "minReplica": 2}}))
+    code, _, err = adl("submit", "-f", str(typo))
+    assert code == 2 and "spec.minReplica: unknown field (did you mean minReplicas?)" in err
+    # a command string (not a list) is refused, not split into letters
+    containers = [{"command": "python x.py"}]
+    text = tmp_path / "text.yaml"
+    text.write_text(
+        yaml.safe_dump({**good, "spec": {"template": {"spec": {"containers": containers}}}})
+    )
+    code, _, err = adl("submit", "-f", str(text))
+    assert code == 2 and "command must be a list of strings" in " ".join(err.split())
     # messages are text: brackets in them are not eaten as console markup
     code, _, err = adl("submit", "-f", str(tmp_path / "[bold]job.yaml"))
     assert code == 2 and "[bold]job.yaml" in err
