@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Request, Response
@@ -16,9 +18,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from adl.api.auth import bearer_token, check
+from adl.api.limits import BodyLimit
 from adl.api.metrics import CONTENT_TYPE, AdlMetrics
-from adl.api.store import ApiStore, UnknownJob, resolve
+from adl.api.store import ApiStore, UnknownJob, call
 from adl.models import GroupInfo, Hints
+
+log = logging.getLogger(__name__)
+
+#: Largest request body accepted: a report is a few kilobytes.
+MAX_BODY_BYTES = 1 << 20
 
 #: Kubernetes names: lowercase alphanumerics and '-', at most 63 characters.
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -37,7 +45,7 @@ async def authorized_job(
     store: ApiStore = request.app.state.store
     job = f"{namespace}/{name}"
     token = bearer_token(authorization)
-    owner = await resolve(store.token_owner(token, job)) if token is not None else None
+    owner = await call(store.token_owner, token, job) if token is not None else None
     error = check(job, token, owner)
     if error is not None:
         raise error.exception()
@@ -68,6 +76,30 @@ def create_app(
         errors = [{k: v for k, v in e.items() if k not in ("input", "ctx")} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": errors})
 
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        """A JSON 500 like every other answer; the details go to the server log only."""
+        return JSONResponse(
+            status_code=500, content={"detail": "internal error (see the server's log)"}
+        )
+
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)  # inside the counting below
+
+    @app.middleware("http")
+    async def count_reports(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """Every answer to a report, by status code (401, 403, 413 and 422 included)."""
+        if request.method != "PUT" or not request.url.path.endswith("/hints"):
+            return await call_next(request)
+        try:
+            response = await call_next(request)
+        except Exception:
+            m.hints_reports.labels(code="500").inc()
+            raise
+        m.hints_reports.labels(code=str(response.status_code)).inc()
+        return response
+
     def _gone(job: str) -> HTTPException:
         return HTTPException(status_code=404, detail=f"job {job} not found")
 
@@ -80,11 +112,9 @@ def create_app(
     async def put_hints(job: Job, hints: Hints) -> Response:
         """Record the job's latest report for the scheduler."""
         try:
-            await resolve(store.put_hints(job, hints))
+            await call(store.put_hints, job, hints)
         except UnknownJob:
-            m.hints_reports.labels(code="404").inc()
             raise _gone(job) from None
-        m.hints_reports.labels(code="204").inc()
         return Response(status_code=204)
 
     @app.get(
@@ -98,7 +128,7 @@ def create_app(
     async def get_hints(job: Job) -> Hints | Response:
         """The last report (204 before the first one)."""
         try:
-            hints = await resolve(store.get_hints(job))
+            hints = await call(store.get_hints, job)
         except UnknownJob:
             raise _gone(job) from None
         return Response(status_code=204) if hints is None else hints
@@ -113,7 +143,7 @@ def create_app(
     async def get_group(job: Job) -> GroupInfo:
         """Where the job's current worker group meets; 404 before its first group."""
         try:
-            info = await resolve(store.group_info(job))
+            info = await call(store.group_info, job)
         except UnknownJob:
             raise _gone(job) from None
         if info is None:
@@ -129,9 +159,15 @@ def create_app(
     async def readyz() -> Response:
         """Readiness: the backing store answers."""
         try:
-            ok = bool(await resolve(store.ready()))
-        except Exception as exc:  # a broken store is "not ready", never a 500
-            return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+            ok = bool(await call(store.ready))
+        except Exception:  # a broken store is "not ready", never a 500
+            # the error may carry the backend's internals (API server headers, the service
+            # account's name): the log gets it, an unauthenticated caller does not
+            log.warning("readiness: the state store failed", exc_info=True)
+            return JSONResponse(
+                {"status": "unavailable", "detail": "the state store did not answer"},
+                status_code=503,
+            )
         if not ok:
             return JSONResponse({"status": "unavailable"}, status_code=503)
         return JSONResponse({"status": "ready"})
@@ -139,7 +175,7 @@ def create_app(
     @app.get("/metrics", tags=["health"], response_class=Response)
     async def metrics_endpoint() -> Response:
         """Prometheus text exposition (job gauges are read from the store at scrape time)."""
-        m.set_jobs(await resolve(store.list_jobs()))
+        m.set_jobs(await call(store.list_jobs))
         return Response(content=m.render(), media_type=CONTENT_TYPE)
 
     return app

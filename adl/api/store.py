@@ -7,8 +7,9 @@ are awaitable, so a blocking SQLite store and an async Kubernetes store both plu
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, TypeVar
 
@@ -64,3 +65,12 @@ async def resolve(value: MaybeAwaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+async def call(method: Callable[..., MaybeAwaitable[T]], *args: object) -> T:
+    """``method(*args)``: awaited when it is a coroutine function, else run in a worker thread,
+    so a blocking store (SQLite waiting up to 30 s for a write lock) never stalls the event loop
+    that serves every other request (and, in the operator, kopf)."""
+    if inspect.iscoroutinefunction(method):
+        return await method(*args)
+    return await resolve(await asyncio.to_thread(method, *args))

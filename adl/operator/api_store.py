@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -22,6 +23,8 @@ from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, GroupInfo, Hints
 from adl.operator import pods as P
 from adl.operator.scheduling import job_key
 from adl.operator.store import KubeStore
+
+log = logging.getLogger(__name__)
 
 
 def _status(body: dict[str, Any]) -> AdaptiveJobStatus:
@@ -108,7 +111,12 @@ class OperatorApiStore:
                 gpus = AdaptiveJobSpec.model_validate(body.get("spec") or {}).gpus_per_replica
             except ValueError:
                 gpus = 0
-            out.append(JobSnapshot(job_key(body), _status(body), gpus))
+            try:
+                status = _status(body)
+            except ValueError:  # a hand-edited status the models refuse: one job, not /metrics
+                log.warning("%s: status unreadable, left out of the metrics", job_key(body))
+                continue
+            out.append(JobSnapshot(job_key(body), status, gpus))
         return out
 
     async def ready(self) -> bool:

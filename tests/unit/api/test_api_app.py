@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import warnings
 from collections.abc import Iterable
@@ -14,6 +15,7 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from adl.api import METRIC_NAMES, AdlMetrics, JobSnapshot, UnknownJob, create_app
+from adl.api.app import MAX_BODY_BYTES
 from adl.api.auth import find_owner, generate_token
 from adl.models import AdaptiveJobStatus, GroupInfo, Hints, Phase, RestartCause
 
@@ -206,8 +208,72 @@ def test_health_and_readiness(client: TestClient, store: MemoryStore) -> None:
     assert client.get("/readyz").status_code == 503
     store.healthy = None  # type: ignore[assignment]
     r = client.get("/readyz")
-    assert r.status_code == 503 and "database is locked" in r.json()["detail"]
+    # not ready, and the store's own error (internals, on Kubernetes) stays in the log
+    assert r.status_code == 503 and r.json()["status"] == "unavailable"
+    assert "database is locked" not in r.text
     assert client.get("/healthz").status_code == 200
+
+
+def test_a_blocking_store_runs_off_the_event_loop() -> None:
+    """A SQLite store waiting for a write lock must not stall every other request."""
+    seen: list[bool] = []
+
+    class Probe(MemoryStore):
+        def put_hints(self, job: str, hints: Hints) -> None:
+            try:
+                asyncio.get_running_loop()
+                seen.append(True)  # called on the loop's thread
+            except RuntimeError:
+                seen.append(False)
+            super().put_hints(job, hints)
+
+    client = TestClient(create_app(Probe()))
+    assert client.put(URL, json=HINTS, headers=auth("ns/a")).status_code == 204
+    assert seen == [False]
+
+
+def test_an_oversized_body_is_refused_before_it_is_parsed(store: MemoryStore) -> None:
+    metrics = AdlMetrics()
+    client = TestClient(create_app(store, metrics=metrics))
+    big = json.dumps({**HINTS, "pad": "x" * MAX_BODY_BYTES}).encode()
+    headers = {**auth("ns/a"), "content-type": "application/json"}
+    r = client.put(URL, content=big, headers=headers)
+    assert r.status_code == 413 and "over" in r.json()["detail"]
+    # the same streamed without a length (chunked)
+    chunks = iter([big[i : i + 65536] for i in range(0, len(big), 65536)])
+    r = client.put(
+        URL, content=chunks, headers={**auth("ns/a"), "content-type": "application/json"}
+    )
+    assert r.status_code == 413
+    assert "ns/a" not in store.hints
+    # a normal report still goes through, streamed or not
+    small = json.dumps(HINTS).encode()
+    r = client.put(URL, content=iter([small[:10], small[10:]]), headers=headers)
+    assert r.status_code == 204 and store.hints["ns/a"].batch_size == 64
+
+
+def test_every_answer_to_a_report_is_counted_by_code(store: MemoryStore) -> None:
+    metrics = AdlMetrics()
+    client = TestClient(create_app(store, metrics=metrics))
+    client.put(URL, json=HINTS, headers=auth("ns/a"))  # 204
+    client.put(URL, json=HINTS)  # 401
+    client.put(URL, json=HINTS, headers=auth("ns/b"))  # 403
+    client.put(URL, json={"bogus": 1}, headers=auth("ns/a"))  # 422
+    client.get(URL, headers=auth("ns/a"))  # not a report
+    s = _samples(client.get("/metrics").text)
+    counts = {dict(k[1])["code"]: v for k, v in s.items() if k[0] == "adl_hints_reports_total"}
+    assert counts == {"204": 1, "401": 1, "403": 1, "422": 1}
+
+
+def test_a_store_failure_is_a_json_500_without_details(store: MemoryStore) -> None:
+    def broken(job: str) -> GroupInfo | None:
+        raise RuntimeError("secret internals")
+
+    store.group_info = broken  # type: ignore[method-assign]
+    client = TestClient(create_app(store), raise_server_exceptions=False)
+    r = client.get("/v1/jobs/ns/a/group", headers=auth("ns/a"))
+    assert r.status_code == 500 and "secret internals" not in r.text
+    assert r.json()["detail"].startswith("internal error")
 
 
 def test_openapi_served(client: TestClient) -> None:

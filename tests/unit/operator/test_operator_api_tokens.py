@@ -1,6 +1,7 @@
-"""The API's token check on Kubernetes: the job a request names is checked first, so a copy of
-its token hash on another job (the annotation is writable by whoever can edit that job) cannot
-take the token over."""
+"""The API store on Kubernetes. Its token check looks at the job a request names first, so a
+copy of that job's token hash on another job (the annotation is writable by whoever can edit
+that job) cannot take the token over; a job whose status is unreadable stays out of the metrics
+without breaking them."""
 
 from __future__ import annotations
 
@@ -60,3 +61,11 @@ async def test_another_jobs_token_is_told_apart_from_no_jobs_token() -> None:
     assert await api.token_owner(TOKEN, "team-b/other") == "team-a/victim"  # 403
     assert await api.token_owner("nobody's", "team-b/other") is None  # 401
     assert await api.token_owner(TOKEN, "team-b/gone") == "team-a/victim"
+
+
+async def test_a_status_the_models_refuse_leaves_one_job_out_of_the_metrics() -> None:
+    good, edited = job("team-a", "good", DIGEST), job("team-a", "edited", "0" * 64)
+    good["status"] = {"phase": "Running", "restarts": {"resize": 1}}
+    edited["status"] = {"phase": "Running", "restarts": {"cosmic-ray": 1}}
+    api = OperatorApiStore(Jobs([good, edited]))  # type: ignore[arg-type]
+    assert [s.key for s in await api.list_jobs()] == ["team-a/good"]
