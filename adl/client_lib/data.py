@@ -334,14 +334,18 @@ class AdaptiveDataLoader:
         monitor = ctx.preemption
         per_step = accum + 1
         last = len(plan) - 1
-        for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
-            if i % per_step == 0 and monitor is not None and monitor.poll():
-                stop_and_exit(ctx)
-            ctx.is_sync_step = (i % per_step == per_step - 1) or i == last
-            # Counted as consumed once handed out: a checkpoint taken in the loop body (after
-            # the step) or after a ``break`` must not replay this batch.
-            self._offset = mb.offset + mb.size
-            yield batch
+        try:
+            for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
+                if i % per_step == 0 and monitor is not None and monitor.poll():
+                    stop_and_exit(ctx)
+                ctx.is_sync_step = (i % per_step == per_step - 1) or i == last
+                # Counted as consumed once handed out: a checkpoint taken in the loop body (after
+                # the step) or after a ``break`` must not replay this batch.
+                self._offset = mb.offset + mb.size
+                ctx.feeding_loader, ctx.global_micro_batch = self, mb.size
+                yield batch
+        finally:
+            ctx.feeding_loader, ctx.global_micro_batch = None, None
         self._offset = size  # the epoch is done (a dropped tail counts as done)
         ctx.is_sync_step = True
 
