@@ -321,7 +321,7 @@ class AdaptiveDataParallel(nn.Module):
         ctx = _context() or self._ctx
         loader = _ctx_attr(ctx, "feeding_loader", None)
         samples = _ctx_attr(ctx, "global_micro_batch", None)
-        if loader is None or samples is None:
+        if ctx is None or loader is None or samples is None:
             self._cycle_samples = None
             return
         if not self._loader_claimed:
