@@ -114,6 +114,14 @@ def _first_tensor(done: torch.futures.Future[list[Tensor]]) -> Tensor:
     return done.value()[0]
 
 
+def _schedule_over(scheduler: Any) -> bool:
+    """Whether a scheduler with a fixed length (OneCycleLR's ``total_steps``) has taken its
+    last step: stepping it again raises, and leaves it a step past its end."""
+    total = getattr(scheduler, "total_steps", None)
+    last = getattr(scheduler, "last_epoch", None)
+    return isinstance(total, int) and isinstance(last, int) and last >= total
+
+
 # ---------------------------------------------------------------------------- the wrapper
 
 
@@ -252,6 +260,7 @@ class AdaptiveDataParallel(nn.Module):
         self._averaged = False
         self._average_queued = False
         self._warned_mid_step = False
+        self._warned_schedule_over = False
         self._loader_claimed = False
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
         self._patch_optimizer()
@@ -559,9 +568,23 @@ class AdaptiveDataParallel(nn.Module):
         if self.lr_scheduler is not None:
             target = math.floor(self.progress.progress)
             while self._sched_ticks < target:
-                self.lr_scheduler.step()
                 self._sched_ticks += 1
+                if _schedule_over(self.lr_scheduler):
+                    self._warn_schedule_over()
+                    continue
+                self.lr_scheduler.step()
         return result
+
+    def _warn_schedule_over(self) -> None:
+        if self._warned_schedule_over:
+            return
+        self._warned_schedule_over = True
+        log.warning(
+            "the LR scheduler's last step is done (%d scale-invariant steps so far); keeping "
+            "its final LR. Progress can pass epochs x dataset / B0 by a fraction of a step per "
+            "epoch: an epoch's short last step counts for more than its share of samples",
+            self._sched_ticks,
+        )
 
     def _observe(self, grads: list[Tensor], micro: int, m: float, batch: int, folded: bool) -> None:
         inv = self._inv_scale_sq()
