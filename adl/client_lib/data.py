@@ -165,8 +165,10 @@ class AdaptiveDataLoader:
     """A DataLoader over an elastic sampler; ``batch_size`` is the job's global batch B0.
 
     Without :meth:`autoscale_batch_size` each replica takes ``ceil(B0 / replicas)`` samples per
-    step. Iterate once per epoch; a SIGTERM or stop request makes every rank stop at the same step
-    boundary, checkpoint and exit 143 from inside the iteration.
+    step. Each iteration is one pass over the current epoch (inside ``remaining_epochs_until``
+    that loop's epoch; iterating again in the same epoch makes another pass). A SIGTERM or stop
+    request makes every rank stop at the same step boundary, checkpoint and exit 143 from inside
+    the iteration.
     """
 
     _count = 0
