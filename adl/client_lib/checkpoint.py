@@ -11,6 +11,7 @@ States describe the global job (not one rank), so a checkpoint loads at any worl
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import tempfile
@@ -72,6 +73,7 @@ def write(directory: Path, states: dict[str, Any]) -> Path:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
+        _check_loadable(tmp, states)
         final = checkpoint_path(directory)
         os.replace(tmp, final)
     except BaseException:
@@ -79,6 +81,36 @@ def write(directory: Path, states: dict[str, Any]) -> Path:
         raise
     _fsync_dir(directory)
     return final
+
+
+def _loads(data: bytes | Path) -> None:
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    torch.load(source, map_location="cpu", weights_only=True, mmap=not isinstance(data, bytes))
+
+
+def _check_loadable(path: Path, states: dict[str, Any]) -> None:
+    """Read the new file back as :func:`load` will (tensor data mapped, not read): a value that
+    ``weights_only`` refuses (a numpy scalar, a set, an object) would otherwise make a
+    checkpoint that every restart fails to load. Raises CheckpointError naming the states."""
+    try:
+        _loads(path)
+    except Exception as err:
+        bad = []
+        for name, state in states.items():
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            try:
+                _loads(buf.getvalue())
+            except Exception:
+                bad.append(name)
+        lines = [ln.strip() for ln in str(err).splitlines() if "Unpickler error" in ln]
+        reason = lines[0].split(". ")[0] if lines else f"{type(err).__name__}: {err}"
+        raise CheckpointError(
+            f"cannot checkpoint {', '.join(map(repr, bad)) or 'the job'}: it would not load back "
+            f"with torch.load(weights_only=True) ({reason}); keep to tensors, Python numbers, "
+            f"strings, None and lists/tuples/dicts of them (e.g. float(x) for a numpy value); "
+            f"the previous checkpoint is kept"
+        ) from err
 
 
 def load(directory: Path | None) -> dict[str, Any] | None:
@@ -109,15 +141,21 @@ def save(ctx: JobContext) -> Path | None:
         if callable(prepare):
             prepare()
     path: Path | None = None
+    failed: Exception | None = None
     directory = ctx.env.checkpoint_dir
     if ctx.rank == 0 and directory is not None:
-        states: dict[str, Any] = dict(ctx.pending_restored)
-        for name, state in ctx.states.items():
-            states[name] = state.state_dict()
-        path = write(directory, states)
-        log.info("checkpoint written to %s", path)
+        try:
+            states: dict[str, Any] = dict(ctx.pending_restored)
+            for name, state in ctx.states.items():
+                states[name] = state.state_dict()
+            path = write(directory, states)
+            log.info("checkpoint written to %s", path)
+        except Exception as err:  # raised after the barrier, which the other ranks are in
+            failed = err
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier(group=ctx.cpu_group)
+    if failed is not None:
+        raise failed
     return path
 
 

@@ -80,6 +80,11 @@ class JobContext:
         self.accum_steps: int = 0
         self.is_sync_step: bool = True
         self.batch_bounds: BatchBounds | None = None
+        # Set by an AdaptiveDataLoader while its batch is in the user's hands (None otherwise):
+        # the loader, and the samples of the job's current micro-batch over all replicas (the
+        # same on every rank, unlike this replica's share at the uneven tail of an epoch).
+        self.feeding_loader: Any | None = None
+        self.global_micro_batch: int | None = None
         # Epoch bookkeeping (adl.client_lib.epoch) and the declared length of the run.
         self.total_epochs: int | None = None
         self.dataset_size: int | None = None

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from adl.client_lib.context import JobContext
 from adl.client_lib.env import context
@@ -165,8 +165,10 @@ class AdaptiveDataLoader:
     """A DataLoader over an elastic sampler; ``batch_size`` is the job's global batch B0.
 
     Without :meth:`autoscale_batch_size` each replica takes ``ceil(B0 / replicas)`` samples per
-    step. Iterate once per epoch; a SIGTERM or stop request makes every rank stop at the same step
-    boundary, checkpoint and exit 143 from inside the iteration.
+    step. Each iteration is one pass over the current epoch (inside ``remaining_epochs_until``
+    that loop's epoch; iterating again in the same epoch makes another pass). A SIGTERM or stop
+    request makes every rank stop at the same step boundary, checkpoint and exit 143 from inside
+    the iteration.
     """
 
     _count = 0
@@ -188,8 +190,12 @@ class AdaptiveDataLoader:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not hasattr(dataset, "__len__"):
-            raise TypeError("AdaptiveDataLoader needs a dataset with a length (map-style)")
+        if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
+            raise TypeError(
+                f"AdaptiveDataLoader needs a map-style dataset (__len__ and __getitem__), not "
+                f"{type(dataset).__name__}: samples are split over the replicas and resumed by "
+                f"index, which an iterable dataset cannot do"
+            )
         self.dataset = dataset
         self._size: int = len(dataset)
         self.batch_size = batch_size
@@ -208,6 +214,7 @@ class AdaptiveDataLoader:
         self._config: tuple[int, int] | None = None
         self._restored_world = 0
         self._decided = False
+        self._passed_here = False  # a pass of the current epoch ended in this process
         self._ctx: JobContext = context()
         if self._ctx.init_batch_size is None:
             self._ctx.init_batch_size = batch_size
@@ -216,6 +223,13 @@ class AdaptiveDataLoader:
         if name is None:
             name = f"adl.loader.{AdaptiveDataLoader._count}"
             AdaptiveDataLoader._count += 1
+        previous = self._ctx.states.get(name)
+        if isinstance(previous, _LoaderState):
+            # The same loader built again (say, in a validation function called every epoch):
+            # it takes the old one's place and goes on from where that one stopped.
+            self._ctx.unregister(name)
+            _LoaderState(self, name).load_state_dict(previous.state_dict())
+            self._passed_here = previous._loader._passed_here
         self._ctx.register(_LoaderState(self, name))
 
     # ------------------------------------------------------------------ configuration
@@ -298,17 +312,25 @@ class AdaptiveDataLoader:
 
     # ------------------------------------------------------------------ iteration
 
-    def _sync_epoch(self) -> bool:
-        """Align with ``remaining_epochs_until``; True when a new epoch starts."""
+    def _next_position(self) -> tuple[int, int]:
+        """(epoch, offset) where the next iteration starts.
+
+        Inside ``remaining_epochs_until`` the epoch is the loop's. A pass that ended in this
+        process is followed by a new one (validating several times per epoch); one that ended
+        before a restart is not run again (the job stopped after it).
+        """
         state = self._ctx.states.get(EPOCH_STATE)
+        done = self._offset >= self._size
         if isinstance(state, EpochState) and state.active:
-            if state.epoch != self._epoch:
-                self._epoch, self._offset = state.epoch, 0
-                return True
-            return self._offset == 0
-        if self._offset >= len(self.dataset):
-            self._epoch, self._offset = self._epoch + 1, 0
-            return True
+            if state.epoch != self._epoch or (done and self._passed_here):
+                return state.epoch, 0
+            return self._epoch, self._offset
+        return (self._epoch + 1, 0) if done else (self._epoch, self._offset)
+
+    def _sync_epoch(self) -> bool:
+        """Move to where the next iteration starts; True when a new pass starts."""
+        self._epoch, self._offset = self._next_position()
+        self._passed_here = False
         return self._offset == 0
 
     def _indices(self, plan: Sequence[MicroBatch], order: list[int]) -> list[list[int]]:
@@ -334,20 +356,25 @@ class AdaptiveDataLoader:
         monitor = ctx.preemption
         per_step = accum + 1
         last = len(plan) - 1
-        for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
-            if i % per_step == 0 and monitor is not None and monitor.poll():
-                stop_and_exit(ctx)
-            ctx.is_sync_step = (i % per_step == per_step - 1) or i == last
-            # Counted as consumed once handed out: a checkpoint taken in the loop body (after
-            # the step) or after a ``break`` must not replay this batch.
-            self._offset = mb.offset + mb.size
-            yield batch
+        try:
+            for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
+                if i % per_step == 0 and monitor is not None and monitor.poll():
+                    stop_and_exit(ctx)
+                ctx.is_sync_step = (i % per_step == per_step - 1) or i == last
+                # Counted as consumed once handed out: a checkpoint taken in the loop body (after
+                # the step) or after a ``break`` must not replay this batch.
+                self._offset = mb.offset + mb.size
+                ctx.feeding_loader, ctx.global_micro_batch = self, mb.size
+                yield batch
+        finally:
+            ctx.feeding_loader, ctx.global_micro_batch = None, None
         self._offset = size  # the epoch is done (a dropped tail counts as done)
+        self._passed_here = True
         ctx.is_sync_step = True
 
     def __len__(self) -> int:
         """Micro-batches this replica still takes in the current epoch."""
         local, _ = self._current_config()
-        offset = 0 if self._offset >= len(self.dataset) else self._offset
+        _, offset = self._next_position()
         size = self._size
         return len(plan_micro_batches(size, offset, self._ctx.world_size, local, self.drop_last))

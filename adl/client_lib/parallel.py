@@ -114,6 +114,14 @@ def _first_tensor(done: torch.futures.Future[list[Tensor]]) -> Tensor:
     return done.value()[0]
 
 
+def _schedule_over(scheduler: Any) -> bool:
+    """Whether a scheduler with a fixed length (OneCycleLR's ``total_steps``) has taken its
+    last step: stepping it again raises, and leaves it a step past its end."""
+    total = getattr(scheduler, "total_steps", None)
+    last = getattr(scheduler, "last_epoch", None)
+    return isinstance(total, int) and isinstance(last, int) and last >= total
+
+
 # ---------------------------------------------------------------------------- the wrapper
 
 
@@ -182,9 +190,10 @@ class AdaptiveDataParallel(nn.Module):
         self.num_nodes = int(
             _ctx_attr(self._ctx, "num_nodes", os.environ.get("ADL_NUM_NODES", "1"))
         )
-        if init_batch_size is None and self._ctx is not None:
-            init_batch_size = _ctx_attr(self._ctx, "init_batch_size", None)
+        # B0 when given; otherwise the context's, read at the first step: by then the loader
+        # that feeds training has claimed it (the first loader built may be a validation one).
         self._init_batch_size = int(init_batch_size) if init_batch_size else None
+        b0_hint = init_batch_size or _ctx_attr(self._ctx, "init_batch_size", None)
 
         # Parameters as the optimizer sees them, with their group index.
         self._params: list[nn.Parameter] = []
@@ -201,7 +210,7 @@ class AdaptiveDataParallel(nn.Module):
         self._group_of = {id(p): g for p, g in zip(self._params, groups, strict=True)}
         self._group_index = torch.tensor(groups, dtype=torch.long, device=device)
 
-        memory = memory_samples if memory_samples is not None else 1000.0 * (init_batch_size or 32)
+        memory = memory_samples if memory_samples is not None else 1000.0 * (b0_hint or 32)
         # ~1000 steps at B0: long enough to average out the per-step noise of the estimates.
         self.gns = GradientNoiseEstimator(self._groups, device, memory_samples=memory)
         self.progress = Progress()
@@ -215,6 +224,10 @@ class AdaptiveDataParallel(nn.Module):
         self._accumulating = False
         self._new_cycle = True
         self._cycle_bsz: int | None = None
+        # Samples of the step over all replicas and of its first micro-batch, as the data loader
+        # counted them (None when a batch did not come from one): the same on every rank.
+        self._cycle_samples: int | None = None
+        self._cycle_first: int | None = None
         self._pending_local: Tensor | None = None
         self._stats_now = True  # whether this optimizer step measures noise statistics
         self._synced = False  # whether the comm hook reduced (and averaged) this step's buckets
@@ -247,6 +260,8 @@ class AdaptiveDataParallel(nn.Module):
         self._averaged = False
         self._average_queued = False
         self._warned_mid_step = False
+        self._warned_schedule_over = False
+        self._loader_claimed = False
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
         self._patch_optimizer()
         self._register_checkpoint()
@@ -288,6 +303,7 @@ class AdaptiveDataParallel(nn.Module):
         bsz = _first_batch_dim(args, kwargs) or int(_ctx_attr(self._ctx, "local_bsz", 0)) or 1
         if self._cycle_bsz is None:
             self._cycle_bsz = bsz
+        self._count_loader_samples()
         self.profile.tick((self.num_nodes, self.world_size, self._cycle_bsz), sync)
         self._micro += 1
         self._new_cycle = sync
@@ -302,6 +318,28 @@ class AdaptiveDataParallel(nn.Module):
             # comm hook averages, and a callback here would race with its all-reduce)
             out = _on_backward(out, self)
         return out
+
+    def _count_loader_samples(self) -> None:
+        """Take the job-wide size of this micro-batch from the data loader that handed it out.
+
+        At an epoch's uneven tail the replicas' shares differ by one: a step size computed from
+        this replica's share would differ between ranks, and so would the LR factor, the
+        progress and then the parameters. The first such batch also tells which loader trains:
+        its batch size is B0 and its dataset the epoch (a validation loader built first set them).
+        """
+        ctx = _context() or self._ctx
+        loader = _ctx_attr(ctx, "feeding_loader", None)
+        samples = _ctx_attr(ctx, "global_micro_batch", None)
+        if ctx is None or loader is None or samples is None:
+            self._cycle_samples = None
+            return
+        if not self._loader_claimed:
+            self._loader_claimed = True
+            ctx.init_batch_size, ctx.dataset_size = int(loader.batch_size), len(loader.dataset)
+        if self._micro == 0:  # the step's first micro-batch
+            self._cycle_samples, self._cycle_first = 0, int(samples)
+        if self._cycle_samples is not None:
+            self._cycle_samples += int(samples)
 
     def _average_at_backward_end(self) -> None:
         """The backward of the step's last micro-step reached the model's output (called from
@@ -337,6 +375,7 @@ class AdaptiveDataParallel(nn.Module):
         # Decided from the step count, which every rank (and a resumed run) shares.
         self._stats_now = self._measures(self.progress.steps)
         self._cycle_bsz = None
+        self._cycle_samples = self._cycle_first = None
         self._pending_local = None
         self._synced = False
         if self._hook_seen:
@@ -486,8 +525,11 @@ class AdaptiveDataParallel(nn.Module):
                 stacklevel=3,
             )
         micro = max(self._micro, 1)
-        m = self._cycle_bsz or 1
-        batch = self.world_size * m * micro
+        local = self._cycle_bsz or 1
+        batch = self.world_size * local * micro
+        m = float(local)
+        if self._cycle_samples and self._cycle_first:  # the loader's counts, equal on all ranks
+            batch, m = self._cycle_samples, self._cycle_first / self.world_size
         if self._init_batch_size is None:
             self._init_batch_size = self.init_batch_size if self._b0_from_context() else batch
         b0 = self.init_batch_size
@@ -526,11 +568,25 @@ class AdaptiveDataParallel(nn.Module):
         if self.lr_scheduler is not None:
             target = math.floor(self.progress.progress)
             while self._sched_ticks < target:
-                self.lr_scheduler.step()
                 self._sched_ticks += 1
+                if _schedule_over(self.lr_scheduler):
+                    self._warn_schedule_over()
+                    continue
+                self.lr_scheduler.step()
         return result
 
-    def _observe(self, grads: list[Tensor], micro: int, m: int, batch: int, folded: bool) -> None:
+    def _warn_schedule_over(self) -> None:
+        if self._warned_schedule_over:
+            return
+        self._warned_schedule_over = True
+        log.warning(
+            "the LR scheduler's last step is done (%d scale-invariant steps so far); keeping "
+            "its final LR. Progress can pass epochs x dataset / B0 by a fraction of a step per "
+            "epoch: an epoch's short last step counts for more than its share of samples",
+            self._sched_ticks,
+        )
+
+    def _observe(self, grads: list[Tensor], micro: int, m: float, batch: int, folded: bool) -> None:
         inv = self._inv_scale_sq()
         parts = list(self._global_parts.values())
         global_scale = 1.0

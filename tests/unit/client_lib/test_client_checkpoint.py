@@ -6,6 +6,7 @@ import pickle
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -123,6 +124,23 @@ def test_a_dict_of_the_scripts_own_state_is_restored_in_place(make_context: Make
     assert adl.track("best", again) is True and again == {"accuracy": 0.91, "epoch": 3}
     with pytest.raises(TypeError, match="give a dict or an object with state_dict"):
         adl.track("count", 3)
+
+
+def test_a_value_that_would_not_load_back_fails_the_save_not_the_restart(
+    make_context: MakeContext,
+) -> None:
+    import adl
+
+    ctx = make_context()
+    best = {"accuracy": 0.5}
+    adl.track("best", best)
+    ctx.save()
+    best["accuracy"] = np.float64(0.75)  # what a metrics library returns
+    with pytest.raises(CheckpointError, match=r"cannot checkpoint 'best'.*numpy"):
+        ctx.save()
+    ctx = make_context()  # the previous checkpoint is still there, and loads
+    again: dict[str, float] = {}
+    assert adl.track("best", again) is True and again == {"accuracy": 0.5}
 
 
 def test_prepare_checkpoint_runs_before_the_write(make_context: MakeContext) -> None:

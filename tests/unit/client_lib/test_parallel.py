@@ -401,6 +401,21 @@ def test_scheduler_advances_once_per_scale_invariant_step() -> None:
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05 * 0.99**sched.last_epoch)
 
 
+def test_a_fixed_length_schedule_stops_at_its_end_instead_of_raising() -> None:
+    """OneCycleLR raises when stepped past ``total_steps``; progress may pass
+    epochs x dataset / B0 by a fraction of a step per epoch (the short last step of an epoch
+    counts for more than its samples), so the last epoch of a run could crash."""
+    gen = torch.Generator().manual_seed(7)
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=3)
+    adp = AdaptiveDataParallel(model, opt, lr_scheduler=sched, init_batch_size=8, report=False)
+    for _ in range(5):
+        _step(adp, opt, *_data(gen, 8))
+    assert adp.progress.progress == 5.0 and sched.last_epoch == 3
+    assert opt.param_groups[0]["lr"] == pytest.approx(sched.get_last_lr()[0])
+
+
 def test_adaptive_state_round_trip() -> None:
     gen = torch.Generator().manual_seed(8)
 
