@@ -79,6 +79,27 @@ def hints_url(api_url: str, job: str) -> str:
     return f"{api_url.rstrip('/')}/v1/jobs/{ns}/{name}/hints"
 
 
+def _worth_retrying(err: BaseException) -> bool:
+    """Transport errors, 5xx, 429 and 401 (a token file being replaced) may pass; a report the
+    service refused (400, 403, 404, 413, 422) would be refused again."""
+    if isinstance(err, httpx.HTTPStatusError):
+        code = err.response.status_code
+        return code >= 500 or code in (401, 429)
+    return isinstance(err, httpx.HTTPError)
+
+
+def _describe(err: BaseException) -> str:
+    """The error, with what the service said about it (its JSON ``detail``, shortened)."""
+    if not isinstance(err, httpx.HTTPStatusError):
+        return str(err)
+    try:
+        detail = err.response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = err.response.text
+    said = str(detail or "")[:300]
+    return f"HTTP {err.response.status_code}" + (f": {said}" if said else "")
+
+
 class HintsReporter:
     """Periodic, failure-tolerant PUT of the hints a provider builds."""
 
@@ -152,7 +173,7 @@ class HintsReporter:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
             wait=tenacity.wait_exponential(multiplier=self.backoff_s, max=self.interval_s),
-            retry=tenacity.retry_if_exception_type(httpx.HTTPError),
+            retry=tenacity.retry_if_exception(_worth_retrying),
             sleep=self._sleep,
             reraise=True,
         )
@@ -160,7 +181,7 @@ class HintsReporter:
             retrying(self._put, hints)
         except Exception as err:  # the API being down must never stop training
             self.failed += 1
-            log.warning("reporting hints to %s failed: %s", self.url, err)
+            log.warning("reporting hints to %s failed: %s", self.url, _describe(err))
             return False
         self.sent += 1
         return True

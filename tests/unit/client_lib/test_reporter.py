@@ -25,6 +25,8 @@ class _Recorder(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
         self.fail_next = 0
+        self.fail_status = 503
+        self.fail_body = b""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -35,13 +37,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.requests.append(
             {"path": self.path, "auth": self.headers.get("Authorization"), "body": json.loads(body)}
         )
-        status = 200
+        status, answer = 200, b""
         if self.server.fail_next > 0:
             self.server.fail_next -= 1
-            status = 503
+            status, answer = self.server.fail_status, self.server.fail_body
         self.send_response(status)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(answer)))
+        self.send_header("Content-Type", "application/json")
         self.end_headers()
+        self.wfile.write(answer)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -134,6 +138,18 @@ def test_server_errors_are_retried(server: _Recorder) -> None:
     server.fail_next = 10
     assert reporter.report_once() is False  # three attempts, then give up until next time
     assert (reporter.sent, reporter.failed) == (1, 1)
+
+
+def test_a_refused_report_is_not_retried_and_says_why(
+    server: _Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.fail_next, server.fail_status = 10, 422
+    server.fail_body = json.dumps({"detail": [{"loc": ["body", "goodput"], "msg": "bad"}]}).encode()
+    reporter = HintsReporter(_hints, _url(server) + "/v1/jobs/a/b/hints", backoff_s=0.01)
+    with caplog.at_level("WARNING"):
+        assert reporter.report_once() is False
+    assert len(server.requests) == 1  # refused once: the same report would be refused again
+    assert "HTTP 422" in caplog.text and "goodput" in caplog.text
 
 
 def _dead_port() -> int:
