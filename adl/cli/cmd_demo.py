@@ -14,9 +14,12 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from adl.local.client import LocalBackend
 
 #: (name, --kind of examples/demo_train.py, scale-invariant steps, min, max, delay before submit)
 DEMO_JOBS: tuple[tuple[str, str, int, int, int, float], ...] = (
@@ -128,7 +131,7 @@ def run_demo(
 
     from adl.cli.backend import BackendError
     from adl.cli.cmd_jobs import jobs_table, spec_from_command
-    from adl.local.client import LocalBackend, start_daemon, stop_daemon
+    from adl.local.client import LocalBackend, kill_workers, start_daemon, stop_daemon
 
     console = Console()
     start_daemon(home, slots=slots, round_s=round_s)
@@ -179,9 +182,37 @@ def run_demo(
             )
         return rows
     finally:
+        if not keep_daemon:
+            stop_demo_jobs(backend, console)
         backend.close()
         if not keep_daemon:
             stop_daemon(home)
+            kill_workers(home)  # any straggler: nobody will come back to this home
+
+
+def stop_demo_jobs(backend: LocalBackend, console: Any, wait_s: float = 15.0) -> None:
+    """Delete the demo's unfinished jobs (timed out, interrupted, failed to submit) and wait
+    until the daemon has stopped their workers, at most ``wait_s`` (what is left then is
+    killed after the daemon stopped). Workers outlive the daemon by design, so stopping only
+    the daemon would leave them running in a home nobody comes back to."""
+    from adl.cli.backend import BackendError
+    from adl.local.client import daemon_pid
+
+    try:
+        doomed = [v for v in backend.list() if not v.status.phase.finished]
+        if not doomed:
+            return
+        console.print(f"demo: stopping {len(doomed)} unfinished job(s)")
+        for v in doomed:
+            backend.delete(v.name, v.namespace)
+        keys = {f"{v.namespace}/{v.name}" for v in doomed}
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and daemon_pid(backend.home) is not None:
+            if not keys & {r.key for r in backend.store.jobs()}:
+                return
+            time.sleep(0.2)
+    except (KeyboardInterrupt, BackendError):
+        return  # a second Ctrl-C: the caller kills what is left
 
 
 def register(app: typer.Typer) -> None:

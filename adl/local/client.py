@@ -120,6 +120,23 @@ def stop_daemon(home: Path, timeout_s: float = 30.0) -> bool:
     return daemon_pid(home) is None
 
 
+def kill_workers(home: Path) -> int:
+    """SIGKILL every worker group and warm shim recorded under ``home`` that is still alive:
+    for a home being abandoned (the daemon stops workers itself; they outlive it by design).
+    Returns how many were killed."""
+    import signal
+
+    from adl.local.processes import group_alive, read_pidfile, signal_group
+
+    killed = 0
+    for pidfile in [*home.glob("jobs/*/*/groups/g*.pid"), *home.glob("jobs/*/*/groups/warm-*.pid")]:
+        proc = read_pidfile(pidfile)
+        if proc is not None and group_alive(proc):
+            signal_group(proc.pid, signal.SIGKILL)
+            killed += 1
+    return killed
+
+
 def view(rec: JobRecord, events: bool = False, store: Store | None = None) -> JobView:
     evs: list[str] = []
     if events and store is not None:
