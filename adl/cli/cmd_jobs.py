@@ -370,6 +370,7 @@ def register(app: typer.Typer) -> None:
             typer.echo("no jobs")
             return
         Console().print(jobs_table(views))
+        _note(_stale_note(b, views))
 
     @app.command()
     def describe(
@@ -382,6 +383,7 @@ def register(app: typer.Typer) -> None:
         except BackendError as err:
             raise fail(str(err)) from None
         typer.echo(describe_text(v))
+        _note(_stale_note(b, [v]))
 
     @app.command()
     def logs(
@@ -394,9 +396,17 @@ def register(app: typer.Typer) -> None:
         """Print a job's worker log (rank 0 unless --replica); -f follows until it finishes."""
         b = _backend(backend)
         try:
-            for line in b.logs(name, namespace, follow=follow, replica=replica):
+            lines = b.logs(name, namespace, follow=follow, replica=replica)
+            if follow and _unwatched(b, name, namespace):
+                _note("the local daemon is not running: following until the job's workers exit")
+            for line in lines:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
+            if follow and _unwatched(b, name, namespace):
+                _note(
+                    "the job's workers are gone but the local daemon is not running, so how "
+                    "the job ended is not recorded yet (start it: adl local up)"
+                )
         except BackendError as err:
             raise fail(str(err)) from None
         except KeyboardInterrupt:
@@ -433,16 +443,50 @@ def register(app: typer.Typer) -> None:
         previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
         try:
             if once:
-                Console().print(jobs_table(b.list(namespace)))
+                views = b.list(namespace)
+                Console().print(jobs_table(views))
+                _note(_stale_note(b, views))
                 return
-            with Live(jobs_table(b.list(namespace)), refresh_per_second=4) as live:
+
+            def table() -> Table:
+                views = b.list(namespace)
+                shown = jobs_table(views)
+                if note := _stale_note(b, views):
+                    shown.caption = f"[yellow]{escape(note)}[/]"
+                return shown
+
+            with Live(table(), refresh_per_second=4) as live:
                 while not stop.wait(interval):
-                    live.update(jobs_table(b.list(namespace)))
+                    live.update(table())
         except BackendError as err:
             raise fail(str(err)) from None
         finally:
             if main:
                 signal.signal(signal.SIGINT, previous)
+
+
+def _stale_note(b: Backend, views: list[JobView]) -> str | None:
+    """The local backend's warning that no daemon runs (phases may be stale), else None."""
+    from adl.local.client import LocalBackend
+
+    return b.stale_note(views) if isinstance(b, LocalBackend) else None
+
+
+def _unwatched(b: Backend, name: str, namespace: str) -> bool:
+    """The job is unfinished on a local backend whose daemon is not running."""
+    from adl.local.client import LocalBackend
+
+    if not isinstance(b, LocalBackend) or b.daemon_running():
+        return False
+    try:
+        return not b.get(name, namespace).status.phase.finished
+    except BackendError:
+        return False
+
+
+def _note(text: str | None) -> None:
+    if text:
+        _err.print(f"note: {escape(text)}", highlight=False)
 
 
 def _check_name(name: str, what: str = "job name") -> None:

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -244,7 +244,30 @@ class LocalBackend:
             rec = self.store.job(key)
         except JobNotFound:
             return True
-        return rec.status.phase.finished and not self.store.groups(key, live_only=True)
+        if rec.status.phase.finished and not self.store.groups(key, live_only=True):
+            return True
+        # with no daemon nothing updates the state: the log is complete once no worker runs
+        return not self.daemon_running() and not self._workers_alive(rec)
+
+    def _workers_alive(self, rec: JobRecord) -> bool:
+        from adl.local.processes import group_alive, read_pidfile
+
+        groups = GroupPaths.for_job(self.home, rec.namespace, rec.name).root / "groups"
+        for pidfile in groups.glob("g*.pid"):
+            proc = read_pidfile(pidfile)
+            if proc is not None and group_alive(proc):
+                return True
+        return False
+
+    def daemon_running(self) -> bool:
+        return daemon_pid(self.home) is not None
+
+    def stale_note(self, views: Iterable[JobView]) -> str | None:
+        """What to tell the reader of ``views`` when no daemon runs: nothing updates the
+        state then, so an unfinished phase shown may be long over (None when all is current)."""
+        if self.daemon_running() or all(v.status.phase.finished for v in views):
+            return None
+        return "the local daemon is not running, so phases may be stale (start it: adl local up)"
 
 
 def cannot_fit(spec: AdaptiveJobSpec, slots: int) -> str | None:

@@ -130,6 +130,31 @@ def test_logs_follow_streams_until_the_job_ends(adl_home: Path, daemon: int) -> 
     assert out.rstrip().endswith("done group=1 rank=0 step=30")
 
 
+def test_with_the_daemon_down_logs_f_ends_with_the_workers_and_ls_says_so(
+    adl_home: Path, daemon: int
+) -> None:
+    from adl.local.client import stop_daemon
+
+    code, _, err = adl("submit", "orphan", *counter("--steps", "40", "--step-s", "0.05"))
+    assert code == 0, err
+    wait_for(lambda: phase(adl_home, "orphan") == Phase.RUNNING, timeout=60)
+    assert stop_daemon(adl_home)  # the worker keeps running; nobody updates its phase
+    proc = subprocess.run(
+        [sys.executable, "-m", "adl.cli.main", "logs", "-f", "orphan"],
+        capture_output=True,
+        text=True,
+        timeout=60,  # before the fix it followed forever
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "done group=1 rank=0 step=40" in proc.stdout
+    assert "daemon is not running" in proc.stderr
+    assert phase(adl_home, "orphan") == Phase.RUNNING  # stale, and said to be
+    for command in (("ls",), ("describe", "orphan"), ("top", "--once")):
+        code, out, err = adl(*command)
+        assert code == 0 and "Running" in out, command
+        assert "daemon is not running, so phases may be stale" in " ".join(err.split()), command
+
+
 def test_a_failed_job_shows_its_reason_in_describe(adl_home: Path, daemon: int) -> None:
     code, _, err = adl("submit", "crashy", "--max-restarts", "1", *counter("--crash-always"))
     assert code == 0, err
