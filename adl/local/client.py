@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from adl.cli.backend import BackendError, JobView
 from adl.local.processes import GroupPaths, last_line
+from adl.local.shim import write_atomic
 from adl.local.store import (
     JobExists,
     JobNotFound,
@@ -30,6 +32,8 @@ from adl.models import AdaptiveJobSpec
 DB_NAME = "state.db"
 LOCK_NAME = "daemon.lock"
 PID_NAME = "daemon.pid"
+#: the daemon flags of the last explicit ``adl local up`` (JSON), reused by on-demand starts
+SETTINGS_NAME = "daemon.json"
 
 
 def daemon_pid(home: Path) -> int | None:
@@ -49,6 +53,23 @@ def daemon_pid(home: Path) -> int | None:
     return None
 
 
+def save_settings(home: Path, args: list[str]) -> None:
+    """Remember the daemon flags of an explicit ``adl local up`` in ``home``, for the daemons
+    started on demand later (:func:`saved_settings`); each ``up`` replaces them."""
+    home.mkdir(parents=True, exist_ok=True)
+    write_atomic(home / SETTINGS_NAME, json.dumps({"args": args}) + "\n")
+
+
+def saved_settings(home: Path) -> list[str]:
+    """The daemon flags the last ``adl local up`` in ``home`` gave ([] when none or unreadable)."""
+    try:
+        data = json.loads((home / SETTINGS_NAME).read_text())
+    except (OSError, ValueError):
+        return []
+    args = data.get("args") if isinstance(data, dict) else None
+    return [str(a) for a in args] if isinstance(args, list) else []
+
+
 def start_daemon(
     home: Path,
     *,
@@ -56,9 +77,11 @@ def start_daemon(
     round_s: float | None = None,
     wait_s: float = 30.0,
     extra_args: list[str] | None = None,
+    reuse_settings: bool = False,
 ) -> int:
     """Start a detached daemon for ``home`` unless one runs; wait until it serves. Returns its
-    pid."""
+    pid. ``reuse_settings``: an on-demand start, with the flags of the last ``adl local up``
+    (those given here win)."""
     pid = daemon_pid(home)
     if pid is not None and pid > 0 and _serving(home, pid):
         return pid
@@ -67,6 +90,7 @@ def start_daemon(
     proc = None
     if pid is None:
         args = [sys.executable, "-m", "adl.local.daemon", "--home", str(home)]
+        args += saved_settings(home) if reuse_settings else []
         if slots is not None:
             args += ["--slots", str(slots)]
         if round_s is not None:
@@ -187,7 +211,7 @@ class LocalBackend:
             )
         spec = in_submitting_directory(spec)
         if self.autostart:  # first, so that its slots are known
-            start_daemon(self.home, slots=self.slots)
+            start_daemon(self.home, slots=self.slots, reuse_settings=True)
         slots = self.store.get_meta("slots")
         why = cannot_fit(spec, int(slots)) if slots else None
         if why is not None:
@@ -216,7 +240,7 @@ class LocalBackend:
         except JobNotFound:
             raise BackendError(f"job {namespace}/{name} not found") from None
         if self.autostart and daemon_pid(self.home) is None:
-            start_daemon(self.home, slots=self.slots)
+            start_daemon(self.home, slots=self.slots, reuse_settings=True)
 
     def logs(
         self, name: str, namespace: str, *, follow: bool = False, replica: int | None = None
