@@ -231,12 +231,18 @@ def register(app: typer.Typer) -> None:
         """Run three elastic jobs on a local 4-slot daemon and show how they were resized."""
         from rich.console import Console
 
+        from adl.cli.backend import BackendError
+        from adl.cli.cmd_jobs import fail
+
         where = home or Path(tempfile.mkdtemp(prefix="adl-demo-"))
         console = Console()
         console.print(f"adl demo: local daemon with {slots} CPU slots, state in {where}")
         console.print("three jobs arrive a few seconds apart; the scheduler resizes them")
         t0 = time.monotonic()
-        rows = run_demo(where, slots=slots, timeout_s=timeout, keep_daemon=keep)
+        try:
+            rows = run_demo(where, slots=slots, timeout_s=timeout, keep_daemon=keep)
+        except BackendError as err:
+            raise fail(str(err)) from None
         console.print(summary_table(rows))
         grew = [r.name for r in rows if r.grew]
         shrank = [r.name for r in rows if r.shrank]

@@ -53,7 +53,10 @@ def register(app: typer.Typer) -> None:
         if foreground:
             from adl.local import daemon
 
-            save_settings(where, flags)
+            try:
+                save_settings(where, flags)
+            except BackendError as err:
+                raise fail(str(err)) from None
             raise typer.Exit(daemon.main(["--home", str(where), *flags]))
         if daemon_pid(where):
             typer.echo(f"adl daemon already running (pid {daemon_pid(where)}) for {where}")

@@ -53,10 +53,24 @@ def daemon_pid(home: Path) -> int | None:
     return None
 
 
+def ensure_home(home: Path) -> None:
+    """Create the state directory; one clear error when it cannot be (a file in the way)."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        why = {
+            FileExistsError: "it is a file, not a directory",
+            NotADirectoryError: "a file is in its path",
+        }.get(type(err), err.strerror or str(err))
+        raise BackendError(
+            f"cannot use {home} as the adl state directory ($ADL_HOME, --home): {why}"
+        ) from None
+
+
 def save_settings(home: Path, args: list[str]) -> None:
     """Remember the daemon flags of an explicit ``adl local up`` in ``home``, for the daemons
     started on demand later (:func:`saved_settings`); each ``up`` replaces them."""
-    home.mkdir(parents=True, exist_ok=True)
+    ensure_home(home)
     write_atomic(home / SETTINGS_NAME, json.dumps({"args": args}) + "\n")
 
 
@@ -85,7 +99,7 @@ def start_daemon(
     pid = daemon_pid(home)
     if pid is not None and pid > 0 and _serving(home, pid):
         return pid
-    home.mkdir(parents=True, exist_ok=True)
+    ensure_home(home)
     log_path = home / "daemon.log"
     proc = None
     if pid is None:
@@ -191,7 +205,7 @@ class LocalBackend:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self.home.mkdir(parents=True, exist_ok=True)
+            ensure_home(self.home)
             try:
                 self._store = Store(self.home / DB_NAME)
             except StateUnreadable as err:

@@ -719,6 +719,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--gpus {args.gpus}, but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     home = args.home or default_home()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SystemExit(f"adl daemon: cannot use {home} as the state directory: {err}") from None
     gpus = detect_gpus() if args.gpus is None else args.gpus
     timing = Timing() if args.backoff_s is None else Timing(backoff_base_s=args.backoff_s)
     settings = Settings(

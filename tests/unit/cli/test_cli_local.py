@@ -73,6 +73,27 @@ def test_a_daemon_started_on_demand_keeps_the_settings_of_the_last_up(adl_home: 
     assert b"--slots" not in argv and b"--no-prewarm" not in argv
 
 
+@pytest.mark.parametrize("under", [False, True])
+@pytest.mark.parametrize(
+    "command",
+    [["ls"], ["submit", "x", "--", "python", "-c", "1"], ["describe", "x"], ["logs", "x"],
+     ["delete", "x"], ["top", "--once"], ["local", "up"], ["local", "up", "--foreground"]],
+)  # fmt: skip
+def test_a_home_that_is_a_file_is_one_error_line(
+    adl_home: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], under: bool
+) -> None:
+    adl_home.parent.mkdir(parents=True, exist_ok=True)
+    adl_home.write_text("")
+    home = adl_home / "sub" if under else adl_home
+    monkeypatch.setenv("ADL_HOME", str(home))
+    result = runner.invoke(app, command)
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.exit_code == 1, out
+    assert result.exception is None or isinstance(result.exception, SystemExit), out
+    why = "a file is in its path" if under else "it is a file, not a directory"
+    assert f"error: cannot use {home} as the adl state directory ($ADL_HOME, --home): {why}" in out
+
+
 def test_a_corrupt_state_database_is_one_error_line_naming_it(adl_home: Path) -> None:
     adl_home.mkdir()
     db = adl_home / "state.db"
