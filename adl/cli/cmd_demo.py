@@ -224,8 +224,10 @@ def register(app: typer.Typer) -> None:
         home: Annotated[
             Path | None, typer.Option(help="state directory (default: a fresh temporary one)")
         ] = None,
-        slots: Annotated[int, typer.Option(help="CPU slots of the local node")] = 4,
-        timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 900.0,
+        slots: Annotated[int, typer.Option(min=1, help="CPU slots of the local node")] = 4,
+        timeout: Annotated[
+            float, typer.Option(min=0, help="give up after this many seconds")
+        ] = 900.0,
         keep: Annotated[bool, typer.Option(help="leave the daemon running afterwards")] = False,
     ) -> None:
         """Run three elastic jobs on a local 4-slot daemon and show how they were resized."""

@@ -390,7 +390,7 @@ def register(app: typer.Typer) -> None:
         name: str,
         namespace: NamespaceOpt = "default",
         follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-        replica: Annotated[int, typer.Option("--replica", "-r", help="rank to show")] = 0,
+        replica: Annotated[int, typer.Option("--replica", "-r", min=0, help="rank to show")] = 0,
         backend: BackendOpt = None,
     ) -> None:
         """Print a job's worker log (rank 0 unless --replica); -f follows until it finishes."""
@@ -425,7 +425,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def top(
         namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
-        interval: Annotated[float, typer.Option(help="refresh period, seconds")] = 1.0,
+        interval: Annotated[float, typer.Option(min=0.1, help="refresh period, seconds")] = 1.0,
         once: Annotated[bool, typer.Option("--once", help="print one table and exit")] = False,
         backend: BackendOpt = None,
     ) -> None:
