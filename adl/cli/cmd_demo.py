@@ -235,7 +235,13 @@ def register(app: typer.Typer) -> None:
 
         from adl.cli.backend import BackendError
         from adl.cli.cmd_jobs import fail
+        from adl.cli.options import check_output_path, write_output
 
+        if json_path is not None:
+            try:
+                check_output_path(json_path, "--json")
+            except ValueError as err:
+                raise fail(str(err), 2) from None
         where = home or Path(tempfile.mkdtemp(prefix="adl-demo-"))
         console = Console()
         console.print(f"adl demo: local daemon with {slots} CPU slots, state in {where}")
@@ -271,6 +277,9 @@ def register(app: typer.Typer) -> None:
                 "elapsed_s": round(time.monotonic() - t0, 1),
                 "home": str(where),
             }
-            json_path.write_text(json.dumps(payload, indent=2))
+            try:
+                write_output(json_path, json.dumps(payload, indent=2), "--json")
+            except ValueError as err:
+                raise fail(str(err)) from None
         if not done:
             raise typer.Exit(1)
