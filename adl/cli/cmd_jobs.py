@@ -247,7 +247,14 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Argument(help="the trainer command, after --")
         ] = None,
         file: Annotated[Path | None, typer.Option("--file", "-f", help="AdaptiveJob YAML")] = None,
-        namespace: NamespaceOpt = "default",
+        namespace: Annotated[
+            str | None,
+            typer.Option(
+                "--namespace",
+                "-n",
+                help="namespace of the job (default: the manifest's, else default)",
+            ),
+        ] = None,
         min_replicas: Annotated[
             int | None, typer.Option("--min", help="fewest replicas (default 1)")
         ] = None,
@@ -313,8 +320,12 @@ def register(app: typer.Typer) -> None:
                     )
                 file_name, file_ns, spec = manifest(file)
                 name = name or file_name
-                if file_ns and namespace == "default":
-                    namespace = file_ns
+                if file_ns and namespace and file_ns != namespace:
+                    raise ValueError(  # as kubectl says it
+                        f"the namespace from the provided object {file_ns!r} does not match "
+                        f"the namespace {namespace!r} given with -n: drop one of them"
+                    )
+                namespace = namespace or file_ns
             else:
                 if not command:
                     raise ValueError("nothing to run: give a command after -- or -f FILE")
@@ -336,6 +347,7 @@ def register(app: typer.Typer) -> None:
                 )
             if not name:
                 raise ValueError("the job needs a name")
+            namespace = namespace or "default"
             _check_name(name)
             _check_name(namespace, "namespace")
         except ValidationError as err:

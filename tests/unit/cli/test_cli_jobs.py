@@ -117,6 +117,35 @@ def test_submit_from_yaml_takes_name_and_namespace_from_the_manifest(
     assert "team-a/from-yaml" in out
 
 
+def test_a_namespace_flag_that_contradicts_the_manifest_is_an_error(
+    adl_home: Path, daemon: int, tmp_path: Path
+) -> None:
+    def write(name: str, ns: str | None) -> str:
+        meta = {"name": name, **({"namespace": ns} if ns else {})}
+        body = {"maxReplicas": 1, "template": {"spec": {"containers": [
+            {"name": "t", "command": [sys.executable, str(WORKER), "--steps", "1"]}
+        ]}}}  # fmt: skip
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"kind": "AdaptiveJob", "metadata": meta, "spec": body}))
+        return str(path)
+
+    with_ns = write("nsjob", "team-a")
+    for flag in ("default", "team-b"):  # -n default too: it used to be taken for "not given"
+        code, _, err = adl("submit", "-f", with_ns, "-n", flag)
+        assert code == 2, err
+        assert (
+            f"the namespace from the provided object 'team-a' does not match the namespace "
+            f"'{flag}' given with -n" in " ".join(err.split())
+        )
+    assert phase(adl_home, "nsjob", "team-a") is None and phase(adl_home, "nsjob", flag) is None
+    code, out, err = adl("submit", "-f", with_ns, "-n", "team-a")
+    assert code == 0 and "job team-a/nsjob submitted" in out, err
+    code, out, err = adl("submit", "-f", write("plain", None), "-n", "team-b")
+    assert code == 0 and "job team-b/plain submitted" in out, err
+    code, out, err = adl("submit", "-f", write("plain2", None))
+    assert code == 0 and "job default/plain2 submitted" in out, err
+
+
 def test_logs_follow_streams_until_the_job_ends(adl_home: Path, daemon: int) -> None:
     code, _, err = adl("submit", "follow", *counter("--steps", "30", "--step-s", "0.05"))
     assert code == 0, err
