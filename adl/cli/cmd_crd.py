@@ -17,13 +17,22 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Print the AdaptiveJob CustomResourceDefinition (or write it with --output)."""
+        from adl.cli.cmd_jobs import fail
+        from adl.cli.options import check_output_path, write_output
         from adl.operator.crd import crd_yaml
 
+        try:
+            for path in output or []:
+                check_output_path(path, "--output")
+        except ValueError as err:
+            raise fail(str(err), 2) from None
         text = crd_yaml()
         if not output:
             typer.echo(text, nl=False)
             return
         for path in output:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            try:
+                write_output(path, text, "--output")
+            except ValueError as err:
+                raise fail(str(err)) from None
             typer.echo(f"wrote {path}")

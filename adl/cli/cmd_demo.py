@@ -14,9 +14,12 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from adl.local.client import LocalBackend
 
 #: (name, --kind of examples/demo_train.py, scale-invariant steps, min, max, delay before submit)
 DEMO_JOBS: tuple[tuple[str, str, int, int, int, float], ...] = (
@@ -128,7 +131,7 @@ def run_demo(
 
     from adl.cli.backend import BackendError
     from adl.cli.cmd_jobs import jobs_table, spec_from_command
-    from adl.local.client import LocalBackend, start_daemon, stop_daemon
+    from adl.local.client import LocalBackend, kill_workers, start_daemon, stop_daemon
 
     console = Console()
     start_daemon(home, slots=slots, round_s=round_s)
@@ -179,9 +182,37 @@ def run_demo(
             )
         return rows
     finally:
+        if not keep_daemon:
+            stop_demo_jobs(backend, console)
         backend.close()
         if not keep_daemon:
             stop_daemon(home)
+            kill_workers(home)  # any straggler: nobody will come back to this home
+
+
+def stop_demo_jobs(backend: LocalBackend, console: Any, wait_s: float = 15.0) -> None:
+    """Delete the demo's unfinished jobs (timed out, interrupted, failed to submit) and wait
+    until the daemon has stopped their workers, at most ``wait_s`` (what is left then is
+    killed after the daemon stopped). Workers outlive the daemon by design, so stopping only
+    the daemon would leave them running in a home nobody comes back to."""
+    from adl.cli.backend import BackendError
+    from adl.local.client import daemon_pid
+
+    try:
+        doomed = [v for v in backend.list() if not v.status.phase.finished]
+        if not doomed:
+            return
+        console.print(f"demo: stopping {len(doomed)} unfinished job(s)")
+        for v in doomed:
+            backend.delete(v.name, v.namespace)
+        keys = {f"{v.namespace}/{v.name}" for v in doomed}
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and daemon_pid(backend.home) is not None:
+            if not keys & {r.key for r in backend.store.jobs()}:
+                return
+            time.sleep(0.2)
+    except (KeyboardInterrupt, BackendError):
+        return  # a second Ctrl-C: the caller kills what is left
 
 
 def register(app: typer.Typer) -> None:
@@ -193,19 +224,33 @@ def register(app: typer.Typer) -> None:
         home: Annotated[
             Path | None, typer.Option(help="state directory (default: a fresh temporary one)")
         ] = None,
-        slots: Annotated[int, typer.Option(help="CPU slots of the local node")] = 4,
-        timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 900.0,
+        slots: Annotated[int, typer.Option(min=1, help="CPU slots of the local node")] = 4,
+        timeout: Annotated[
+            float, typer.Option(min=0, help="give up after this many seconds")
+        ] = 900.0,
         keep: Annotated[bool, typer.Option(help="leave the daemon running afterwards")] = False,
     ) -> None:
         """Run three elastic jobs on a local 4-slot daemon and show how they were resized."""
         from rich.console import Console
 
+        from adl.cli.backend import BackendError
+        from adl.cli.cmd_jobs import fail
+        from adl.cli.options import check_output_path, write_output
+
+        if json_path is not None:
+            try:
+                check_output_path(json_path, "--json")
+            except ValueError as err:
+                raise fail(str(err), 2) from None
         where = home or Path(tempfile.mkdtemp(prefix="adl-demo-"))
         console = Console()
         console.print(f"adl demo: local daemon with {slots} CPU slots, state in {where}")
         console.print("three jobs arrive a few seconds apart; the scheduler resizes them")
         t0 = time.monotonic()
-        rows = run_demo(where, slots=slots, timeout_s=timeout, keep_daemon=keep)
+        try:
+            rows = run_demo(where, slots=slots, timeout_s=timeout, keep_daemon=keep)
+        except BackendError as err:
+            raise fail(str(err)) from None
         console.print(summary_table(rows))
         grew = [r.name for r in rows if r.grew]
         shrank = [r.name for r in rows if r.shrank]
@@ -232,6 +277,9 @@ def register(app: typer.Typer) -> None:
                 "elapsed_s": round(time.monotonic() - t0, 1),
                 "home": str(where),
             }
-            json_path.write_text(json.dumps(payload, indent=2))
+            try:
+                write_output(json_path, json.dumps(payload, indent=2), "--json")
+            except ValueError as err:
+                raise fail(str(err)) from None
         if not done:
             raise typer.Exit(1)

@@ -236,7 +236,14 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Argument(help="the trainer command, after --")
         ] = None,
         file: Annotated[Path | None, typer.Option("--file", "-f", help="AdaptiveJob YAML")] = None,
-        namespace: NamespaceOpt = "default",
+        namespace: Annotated[
+            str | None,
+            typer.Option(
+                "--namespace",
+                "-n",
+                help="namespace of the job (default: the manifest's, else default)",
+            ),
+        ] = None,
         min_replicas: Annotated[
             int | None, typer.Option("--min", help="fewest replicas (default 1)")
         ] = None,
@@ -302,8 +309,12 @@ def register(app: typer.Typer) -> None:
                     )
                 file_name, file_ns, spec = manifest(file)
                 name = name or file_name
-                if file_ns and namespace == "default":
-                    namespace = file_ns
+                if file_ns and namespace and file_ns != namespace:
+                    raise ValueError(  # as kubectl says it
+                        f"the namespace from the provided object {file_ns!r} does not match "
+                        f"the namespace {namespace!r} given with -n: drop one of them"
+                    )
+                namespace = namespace or file_ns
             else:
                 if not command:
                     raise ValueError("nothing to run: give a command after -- or -f FILE")
@@ -325,6 +336,7 @@ def register(app: typer.Typer) -> None:
                 )
             if not name:
                 raise ValueError("the job needs a name")
+            namespace = namespace or "default"
             _check_name(name)
             _check_name(namespace, "namespace")
         except ValueError as err:  # InvalidSpec too: one readable line per problem
@@ -357,6 +369,7 @@ def register(app: typer.Typer) -> None:
             typer.echo("no jobs")
             return
         Console().print(jobs_table(views))
+        _note(_stale_note(b, views))
 
     @app.command()
     def describe(
@@ -369,21 +382,30 @@ def register(app: typer.Typer) -> None:
         except BackendError as err:
             raise fail(str(err)) from None
         typer.echo(describe_text(v))
+        _note(_stale_note(b, [v]))
 
     @app.command()
     def logs(
         name: str,
         namespace: NamespaceOpt = "default",
         follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-        replica: Annotated[int, typer.Option("--replica", "-r", help="rank to show")] = 0,
+        replica: Annotated[int, typer.Option("--replica", "-r", min=0, help="rank to show")] = 0,
         backend: BackendOpt = None,
     ) -> None:
         """Print a job's worker log (rank 0 unless --replica); -f follows until it finishes."""
         b = _backend(backend)
         try:
-            for line in b.logs(name, namespace, follow=follow, replica=replica):
+            lines = b.logs(name, namespace, follow=follow, replica=replica)
+            if follow and _unwatched(b, name, namespace):
+                _note("the local daemon is not running: following until the job's workers exit")
+            for line in lines:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
+            if follow and _unwatched(b, name, namespace):
+                _note(
+                    "the job's workers are gone but the local daemon is not running, so how "
+                    "the job ended is not recorded yet (start it: adl local up)"
+                )
         except BackendError as err:
             raise fail(str(err)) from None
         except KeyboardInterrupt:
@@ -402,7 +424,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def top(
         namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
-        interval: Annotated[float, typer.Option(help="refresh period, seconds")] = 1.0,
+        interval: Annotated[float, typer.Option(min=0.1, help="refresh period, seconds")] = 1.0,
         once: Annotated[bool, typer.Option("--once", help="print one table and exit")] = False,
         backend: BackendOpt = None,
     ) -> None:
@@ -420,16 +442,50 @@ def register(app: typer.Typer) -> None:
         previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
         try:
             if once:
-                Console().print(jobs_table(b.list(namespace)))
+                views = b.list(namespace)
+                Console().print(jobs_table(views))
+                _note(_stale_note(b, views))
                 return
-            with Live(jobs_table(b.list(namespace)), refresh_per_second=4) as live:
+
+            def table() -> Table:
+                views = b.list(namespace)
+                shown = jobs_table(views)
+                if note := _stale_note(b, views):
+                    shown.caption = f"[yellow]{escape(note)}[/]"
+                return shown
+
+            with Live(table(), refresh_per_second=4) as live:
                 while not stop.wait(interval):
-                    live.update(jobs_table(b.list(namespace)))
+                    live.update(table())
         except BackendError as err:
             raise fail(str(err)) from None
         finally:
             if main:
                 signal.signal(signal.SIGINT, previous)
+
+
+def _stale_note(b: Backend, views: list[JobView]) -> str | None:
+    """The local backend's warning that no daemon runs (phases may be stale), else None."""
+    from adl.local.client import LocalBackend
+
+    return b.stale_note(views) if isinstance(b, LocalBackend) else None
+
+
+def _unwatched(b: Backend, name: str, namespace: str) -> bool:
+    """The job is unfinished on a local backend whose daemon is not running."""
+    from adl.local.client import LocalBackend
+
+    if not isinstance(b, LocalBackend) or b.daemon_running():
+        return False
+    try:
+        return not b.get(name, namespace).status.phase.finished
+    except BackendError:
+        return False
+
+
+def _note(text: str | None) -> None:
+    if text:
+        _err.print(f"note: {escape(text)}", highlight=False)
 
 
 def _check_name(name: str, what: str = "job name") -> None:

@@ -19,13 +19,15 @@ def register(app: typer.Typer) -> None:
         node_rank: Annotated[int, typer.Option("--node-rank", min=0)] = 0,
         master_addr: Annotated[str, typer.Option("--master-addr")] = "127.0.0.1",
         master_port: Annotated[
-            int, typer.Option("--master-port", min=0, help="0 picks a free port")
+            int, typer.Option("--master-port", min=0, max=65535, help="0 picks a free port")
         ] = 0,
         checkpoint_dir: Annotated[
             str | None, typer.Option("--checkpoint-dir", help="sets ADL_CHECKPOINT_DIR")
         ] = None,
         job: Annotated[str | None, typer.Option("--job", help="sets ADL_JOB (ns/name)")] = None,
-        grace: Annotated[float, typer.Option("--grace", help="seconds before SIGKILL")] = 30.0,
+        grace: Annotated[
+            float, typer.Option("--grace", min=0, help="seconds before SIGKILL")
+        ] = 30.0,
     ) -> None:
         """Start N local worker processes with the adl worker environment.
 
@@ -37,6 +39,10 @@ def register(app: typer.Typer) -> None:
             cmd = cmd[1:]
         if not cmd:
             raise typer.BadParameter("give the command after --")
+        if node_rank >= nnodes:
+            raise typer.BadParameter(
+                f"--node-rank {node_rank} with --nnodes {nnodes}: ranks are 0..{nnodes - 1}"
+            )
         code = Launcher(
             cmd,
             nproc,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -36,7 +37,7 @@ def register(app: typer.Typer) -> None:
         """Start the daemon in the background (no-op when one is running)."""
         from adl.cli.backend import BackendError
         from adl.cli.cmd_jobs import fail
-        from adl.local.client import daemon_pid, start_daemon
+        from adl.local.client import daemon_pid, save_settings, start_daemon
         from adl.local.store import default_home
         from adl.sched.policy_knobs import parse_knobs
 
@@ -45,15 +46,18 @@ def register(app: typer.Typer) -> None:
             knobs = parse_knobs(policy_knob or [])
         except ValueError as err:
             raise fail(str(err), 2) from None
-        extra = [] if prewarm else ["--no-prewarm"]
-        extra += [f"--policy-knob={name}={value!r}" for name, value in knobs.items()]
+        flags = ["--slots", str(slots)] if slots else []
+        flags += ["--round-s", str(round_s)] if round_s else []
+        flags += [] if prewarm else ["--no-prewarm"]
+        flags += [f"--policy-knob={name}={value!r}" for name, value in knobs.items()]
         if foreground:
             from adl.local import daemon
 
-            args = ["--home", str(where)]
-            args += ["--slots", str(slots)] if slots else []
-            args += ["--round-s", str(round_s)] if round_s else []
-            raise typer.Exit(daemon.main(args + extra))
+            try:
+                save_settings(where, flags)
+            except BackendError as err:
+                raise fail(str(err)) from None
+            raise typer.Exit(daemon.main(["--home", str(where), *flags]))
         if daemon_pid(where):
             typer.echo(f"adl daemon already running (pid {daemon_pid(where)}) for {where}")
             given = [
@@ -70,9 +74,10 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{', '.join(given)} apply from the next start: adl local down, then up")
             return
         try:
-            pid = start_daemon(where, slots=slots, round_s=round_s, extra_args=extra)
+            pid = start_daemon(where, extra_args=flags)
         except BackendError as err:
             raise fail(str(err)) from None
+        save_settings(where, flags)  # the daemons started on demand from now on use them too
         typer.echo(f"adl daemon started (pid {pid}), state in {where}")
 
     @local.command()
@@ -91,7 +96,7 @@ def register(app: typer.Typer) -> None:
     def status(home: HomeOpt = None) -> None:
         """Whether the daemon runs, its API address and slots, and job counts by phase."""
         from adl.cli.cmd_jobs import fail
-        from adl.local.client import DB_NAME, daemon_pid
+        from adl.local.client import DB_NAME, daemon_pid, saved_settings
         from adl.local.store import StateUnreadable, Store, default_home
 
         where = home or default_home()
@@ -107,6 +112,8 @@ def register(app: typer.Typer) -> None:
         try:
             typer.echo(f"api:     {store.get_meta('api_url') or '-'}")
             typer.echo(f"slots:   {store.get_meta('slots') or '-'}")
+            flags = saved_settings(where)
+            typer.echo(f"up with: {shlex.join(flags) if flags else 'defaults'} (also on demand)")
             counts: dict[str, int] = {}
             for rec in store.jobs():
                 counts[rec.status.phase.value] = counts.get(rec.status.phase.value, 0) + 1

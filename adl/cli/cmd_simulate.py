@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from adl.cli.options import PolicyKnobOpt
+from adl.cli.options import PolicyKnobOpt, check_output_path, write_output
 
 if TYPE_CHECKING:
     from adl.sched.sim.simulator import SimConfig, SimResult
@@ -184,13 +184,16 @@ def register(app: typer.Typer) -> None:
             apps = load_traces(traces_dir)
         except (FileNotFoundError, ValueError) as err:
             raise _fail(str(err)) from None
-        if plot is not None:
-            from adl.sched.sim.plot import check_plot_path
+        try:
+            if plot is not None:
+                from adl.sched.sim.plot import check_plot_path
 
-            try:
                 check_plot_path(plot)
-            except ValueError as err:
-                raise _fail(str(err)) from None
+                check_output_path(plot, "--plot")
+            if json_path is not None:
+                check_output_path(json_path, "--json")
+        except ValueError as err:
+            raise _fail(str(err)) from None
         if hide_remaining and uses_oracle(policy):
             _err.print("note: optimus is an oracle baseline; --hide-remaining does not apply")
 
@@ -224,8 +227,10 @@ def register(app: typer.Typer) -> None:
                 "traces": str(traces_dir),
                 "workloads": report,
             }
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(doc, indent=2) + "\n")
+            try:
+                write_output(json_path, json.dumps(doc, indent=2) + "\n", "--json")
+            except ValueError as err:
+                raise _fail(str(err)) from None
             out.print(f"wrote {json_path}")
         if plot is not None:
             from adl.sched.sim.plot import plot_schedules

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from adl.cli.backend import BackendError, JobView
 from adl.local.processes import GroupPaths, last_line
+from adl.local.shim import write_atomic
 from adl.local.store import (
     JobExists,
     JobNotFound,
@@ -30,6 +32,8 @@ from adl.models import AdaptiveJobSpec
 DB_NAME = "state.db"
 LOCK_NAME = "daemon.lock"
 PID_NAME = "daemon.pid"
+#: the daemon flags of the last explicit ``adl local up`` (JSON), reused by on-demand starts
+SETTINGS_NAME = "daemon.json"
 
 
 def daemon_pid(home: Path) -> int | None:
@@ -49,6 +53,37 @@ def daemon_pid(home: Path) -> int | None:
     return None
 
 
+def ensure_home(home: Path) -> None:
+    """Create the state directory; one clear error when it cannot be (a file in the way)."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        why = {
+            FileExistsError: "it is a file, not a directory",
+            NotADirectoryError: "a file is in its path",
+        }.get(type(err), err.strerror or str(err))
+        raise BackendError(
+            f"cannot use {home} as the adl state directory ($ADL_HOME, --home): {why}"
+        ) from None
+
+
+def save_settings(home: Path, args: list[str]) -> None:
+    """Remember the daemon flags of an explicit ``adl local up`` in ``home``, for the daemons
+    started on demand later (:func:`saved_settings`); each ``up`` replaces them."""
+    ensure_home(home)
+    write_atomic(home / SETTINGS_NAME, json.dumps({"args": args}) + "\n")
+
+
+def saved_settings(home: Path) -> list[str]:
+    """The daemon flags the last ``adl local up`` in ``home`` gave ([] when none or unreadable)."""
+    try:
+        data = json.loads((home / SETTINGS_NAME).read_text())
+    except (OSError, ValueError):
+        return []
+    args = data.get("args") if isinstance(data, dict) else None
+    return [str(a) for a in args] if isinstance(args, list) else []
+
+
 def start_daemon(
     home: Path,
     *,
@@ -56,17 +91,20 @@ def start_daemon(
     round_s: float | None = None,
     wait_s: float = 30.0,
     extra_args: list[str] | None = None,
+    reuse_settings: bool = False,
 ) -> int:
     """Start a detached daemon for ``home`` unless one runs; wait until it serves. Returns its
-    pid."""
+    pid. ``reuse_settings``: an on-demand start, with the flags of the last ``adl local up``
+    (those given here win)."""
     pid = daemon_pid(home)
     if pid is not None and pid > 0 and _serving(home, pid):
         return pid
-    home.mkdir(parents=True, exist_ok=True)
+    ensure_home(home)
     log_path = home / "daemon.log"
     proc = None
     if pid is None:
         args = [sys.executable, "-m", "adl.local.daemon", "--home", str(home)]
+        args += saved_settings(home) if reuse_settings else []
         if slots is not None:
             args += ["--slots", str(slots)]
         if round_s is not None:
@@ -120,6 +158,23 @@ def stop_daemon(home: Path, timeout_s: float = 30.0) -> bool:
     return daemon_pid(home) is None
 
 
+def kill_workers(home: Path) -> int:
+    """SIGKILL every worker group and warm shim recorded under ``home`` that is still alive:
+    for a home being abandoned (the daemon stops workers itself; they outlive it by design).
+    Returns how many were killed."""
+    import signal
+
+    from adl.local.processes import group_alive, read_pidfile, signal_group
+
+    killed = 0
+    for pidfile in [*home.glob("jobs/*/*/groups/g*.pid"), *home.glob("jobs/*/*/groups/warm-*.pid")]:
+        proc = read_pidfile(pidfile)
+        if proc is not None and group_alive(proc):
+            signal_group(proc.pid, signal.SIGKILL)
+            killed += 1
+    return killed
+
+
 def view(rec: JobRecord, events: bool = False, store: Store | None = None) -> JobView:
     evs: list[str] = []
     if events and store is not None:
@@ -150,7 +205,7 @@ class LocalBackend:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self.home.mkdir(parents=True, exist_ok=True)
+            ensure_home(self.home)
             try:
                 self._store = Store(self.home / DB_NAME)
             except StateUnreadable as err:
@@ -170,7 +225,7 @@ class LocalBackend:
             )
         spec = in_submitting_directory(spec)
         if self.autostart:  # first, so that its slots are known
-            start_daemon(self.home, slots=self.slots)
+            start_daemon(self.home, slots=self.slots, reuse_settings=True)
         slots = self.store.get_meta("slots")
         why = cannot_fit(spec, int(slots)) if slots else None
         if why is not None:
@@ -199,7 +254,7 @@ class LocalBackend:
         except JobNotFound:
             raise BackendError(f"job {namespace}/{name} not found") from None
         if self.autostart and daemon_pid(self.home) is None:
-            start_daemon(self.home, slots=self.slots)
+            start_daemon(self.home, slots=self.slots, reuse_settings=True)
 
     def logs(
         self, name: str, namespace: str, *, follow: bool = False, replica: int | None = None
@@ -227,7 +282,30 @@ class LocalBackend:
             rec = self.store.job(key)
         except JobNotFound:
             return True
-        return rec.status.phase.finished and not self.store.groups(key, live_only=True)
+        if rec.status.phase.finished and not self.store.groups(key, live_only=True):
+            return True
+        # with no daemon nothing updates the state: the log is complete once no worker runs
+        return not self.daemon_running() and not self._workers_alive(rec)
+
+    def _workers_alive(self, rec: JobRecord) -> bool:
+        from adl.local.processes import group_alive, read_pidfile
+
+        groups = GroupPaths.for_job(self.home, rec.namespace, rec.name).root / "groups"
+        for pidfile in groups.glob("g*.pid"):
+            proc = read_pidfile(pidfile)
+            if proc is not None and group_alive(proc):
+                return True
+        return False
+
+    def daemon_running(self) -> bool:
+        return daemon_pid(self.home) is not None
+
+    def stale_note(self, views: Iterable[JobView]) -> str | None:
+        """What to tell the reader of ``views`` when no daemon runs: nothing updates the
+        state then, so an unfinished phase shown may be long over (None when all is current)."""
+        if self.daemon_running() or all(v.status.phase.finished for v in views):
+            return None
+        return "the local daemon is not running, so phases may be stale (start it: adl local up)"
 
 
 def cannot_fit(spec: AdaptiveJobSpec, slots: int) -> str | None:

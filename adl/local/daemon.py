@@ -332,7 +332,8 @@ class Daemon:
             if result is not None:
                 codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
                 for rank, code in enumerate(codes):
-                    msg = self._failure_text(paths, rank, code) if code not in (0, 143) else ""
+                    bad = code not in (0, 143)
+                    msg = self._failure_text(paths, g, rank, code) if bad else ""
                     out.append(ReplicaState.exited(g, rank, code, msg))
                 self._record_end(rec, g, codes, float(result.get("ended", time.time())))
                 continue
@@ -360,10 +361,11 @@ class Daemon:
         return ObservedWorkers(tuple(out))
 
     @staticmethod
-    def _failure_text(paths: P.GroupPaths, rank: int, code: int) -> str:
-        """Why a rank failed, for ``adl describe``: its exit and the last line it printed."""
+    def _failure_text(paths: P.GroupPaths, group: int, rank: int, code: int) -> str:
+        """Why a rank failed, for ``adl describe``: its exit and the last line it printed in
+        this group (none: just the exit)."""
         what = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        tail = P.last_line(paths.log(rank))
+        tail = P.group_last_line(paths.log(rank), group, rank)
         return f"rank {rank} {what}" + (f": {tail}" if tail else "")
 
     def _group_size(self, rec: JobRecord, group: int) -> int:
@@ -717,6 +719,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--gpus {args.gpus}, but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     home = args.home or default_home()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SystemExit(f"adl daemon: cannot use {home} as the state directory: {err}") from None
     gpus = detect_gpus() if args.gpus is None else args.gpus
     timing = Timing() if args.backoff_s is None else Timing(backoff_base_s=args.backoff_s)
     settings = Settings(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -262,3 +263,32 @@ def last_line(path: Path, limit: int = 300) -> str:
     except OSError:
         return ""
     return lines[-1].strip()[:limit] if lines else ""
+
+
+#: The line the shim writes into a rank's log before each group's output (``adl.local.shim``).
+_HEADER = re.compile(r"=== group (\S+) rank (\d+) ===")
+
+
+def group_last_line(path: Path, group: int, rank: int, limit: int = 300) -> str:
+    """The last non-empty line that ``rank`` of ``group`` itself printed into its log, which
+    holds every group's output after a header line each: "" when it printed nothing (the
+    shim's header and earlier groups' output are not the worker's words)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(size - 65536, 0))
+            lines = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    own = f"=== group {group} rank {rank} ==="
+    starts = [i for i, ln in enumerate(lines) if ln.strip() == own]
+    # without its header in the window, the group's output is what precedes the first header
+    begin = starts[-1] + 1 if starts else 0
+    found = ""
+    for ln in lines[begin:]:
+        if _HEADER.fullmatch(ln.strip()):
+            break  # the next group's output
+        if ln.strip():
+            found = ln.strip()
+    return found[:limit]

@@ -117,6 +117,35 @@ def test_submit_from_yaml_takes_name_and_namespace_from_the_manifest(
     assert "team-a/from-yaml" in out
 
 
+def test_a_namespace_flag_that_contradicts_the_manifest_is_an_error(
+    adl_home: Path, daemon: int, tmp_path: Path
+) -> None:
+    def write(name: str, ns: str | None) -> str:
+        meta = {"name": name, **({"namespace": ns} if ns else {})}
+        body = {"maxReplicas": 1, "template": {"spec": {"containers": [
+            {"name": "t", "command": [sys.executable, str(WORKER), "--steps", "1"]}
+        ]}}}  # fmt: skip
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"kind": "AdaptiveJob", "metadata": meta, "spec": body}))
+        return str(path)
+
+    with_ns = write("nsjob", "team-a")
+    for flag in ("default", "team-b"):  # -n default too: it used to be taken for "not given"
+        code, _, err = adl("submit", "-f", with_ns, "-n", flag)
+        assert code == 2, err
+        assert (
+            f"the namespace from the provided object 'team-a' does not match the namespace "
+            f"'{flag}' given with -n" in " ".join(err.split())
+        )
+    assert phase(adl_home, "nsjob", "team-a") is None and phase(adl_home, "nsjob", flag) is None
+    code, out, err = adl("submit", "-f", with_ns, "-n", "team-a")
+    assert code == 0 and "job team-a/nsjob submitted" in out, err
+    code, out, err = adl("submit", "-f", write("plain", None), "-n", "team-b")
+    assert code == 0 and "job team-b/plain submitted" in out, err
+    code, out, err = adl("submit", "-f", write("plain2", None))
+    assert code == 0 and "job default/plain2 submitted" in out, err
+
+
 def test_logs_follow_streams_until_the_job_ends(adl_home: Path, daemon: int) -> None:
     code, _, err = adl("submit", "follow", *counter("--steps", "30", "--step-s", "0.05"))
     assert code == 0, err
@@ -128,6 +157,31 @@ def test_logs_follow_streams_until_the_job_ends(adl_home: Path, daemon: int) -> 
     # -f returned by itself: the job had finished and the whole log was printed
     assert phase(adl_home, "follow") == Phase.SUCCEEDED
     assert out.rstrip().endswith("done group=1 rank=0 step=30")
+
+
+def test_with_the_daemon_down_logs_f_ends_with_the_workers_and_ls_says_so(
+    adl_home: Path, daemon: int
+) -> None:
+    from adl.local.client import stop_daemon
+
+    code, _, err = adl("submit", "orphan", *counter("--steps", "40", "--step-s", "0.05"))
+    assert code == 0, err
+    wait_for(lambda: phase(adl_home, "orphan") == Phase.RUNNING, timeout=60)
+    assert stop_daemon(adl_home)  # the worker keeps running; nobody updates its phase
+    proc = subprocess.run(
+        [sys.executable, "-m", "adl.cli.main", "logs", "-f", "orphan"],
+        capture_output=True,
+        text=True,
+        timeout=60,  # before the fix it followed forever
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "done group=1 rank=0 step=40" in proc.stdout
+    assert "daemon is not running" in proc.stderr
+    assert phase(adl_home, "orphan") == Phase.RUNNING  # stale, and said to be
+    for command in (("ls",), ("describe", "orphan"), ("top", "--once")):
+        code, out, err = adl(*command)
+        assert code == 0 and "Running" in out, command
+        assert "daemon is not running, so phases may be stale" in " ".join(err.split()), command
 
 
 def test_a_failed_job_shows_its_reason_in_describe(adl_home: Path, daemon: int) -> None:

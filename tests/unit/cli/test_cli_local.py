@@ -47,6 +47,53 @@ def test_local_up_status_down(adl_home: Path) -> None:
     assert code == 0 and "no adl daemon running" in out
 
 
+def test_a_daemon_started_on_demand_keeps_the_settings_of_the_last_up(adl_home: Path) -> None:
+    code, out = adl("local", "up", "--slots", "2", "--round-s", "0.7", "--no-prewarm")
+    assert code == 0, out
+    assert adl("local", "down")[0] == 0
+    # the next submit starts a daemon like that one: it has 2 slots, so --min 3 never fits
+    code, out = adl("submit", "big", "--min", "3", "--max", "4", "--", "python", "-c", "1")
+    assert code == 1 and "needs 3 slots" in out and "has 2" in out, out
+    pid = daemon_pid(adl_home)
+    assert pid is not None and pid > 0
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"--round-s" in argv and b"0.7" in argv and b"--no-prewarm" in argv
+    code, out = adl("local", "status")
+    assert "slots:   2" in out and "up with: --slots 2 --round-s 0.7 --no-prewarm" in out
+    # an explicit up replaces them (here: with the defaults)
+    assert adl("local", "down")[0] == 0
+    assert adl("local", "up")[0] == 0
+    code, out = adl("local", "status")
+    assert "up with: defaults" in out
+    assert adl("local", "down")[0] == 0
+    assert adl("submit", "small", "--max", "1", "--", "python", "-c", "1")[0] == 0
+    pid = daemon_pid(adl_home)
+    assert pid is not None and pid > 0
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"--slots" not in argv and b"--no-prewarm" not in argv
+
+
+@pytest.mark.parametrize("under", [False, True])
+@pytest.mark.parametrize(
+    "command",
+    [["ls"], ["submit", "x", "--", "python", "-c", "1"], ["describe", "x"], ["logs", "x"],
+     ["delete", "x"], ["top", "--once"], ["local", "up"], ["local", "up", "--foreground"]],
+)  # fmt: skip
+def test_a_home_that_is_a_file_is_one_error_line(
+    adl_home: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], under: bool
+) -> None:
+    adl_home.parent.mkdir(parents=True, exist_ok=True)
+    adl_home.write_text("")
+    home = adl_home / "sub" if under else adl_home
+    monkeypatch.setenv("ADL_HOME", str(home))
+    result = runner.invoke(app, command)
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.exit_code == 1, out
+    assert result.exception is None or isinstance(result.exception, SystemExit), out
+    why = "a file is in its path" if under else "it is a file, not a directory"
+    assert f"error: cannot use {home} as the adl state directory ($ADL_HOME, --home): {why}" in out
+
+
 def test_a_corrupt_state_database_is_one_error_line_naming_it(adl_home: Path) -> None:
     adl_home.mkdir()
     db = adl_home / "state.db"

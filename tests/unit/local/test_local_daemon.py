@@ -143,6 +143,40 @@ def test_a_command_that_cannot_start_fails_with_that_reason(daemon_factory, back
     assert "cannot start '/nonexistent/trainer'" in text
 
 
+def test_a_silent_crash_is_reported_by_its_exit_code_alone(daemon_factory, backend) -> None:
+    # the first group says why it fails; the restarted one dies without a word: its reason is
+    # its exit code, not the shim's "=== group 2 rank 0 ===" header nor group 1's last line
+    daemon_factory(FixedPolicy())
+    spec = counter_spec(max_restarts=1)
+    script = (
+        "import os, pathlib, sys\n"
+        "m = pathlib.Path(os.environ['ADL_CHECKPOINT_DIR']) / 'said'\n"
+        "if not m.exists():\n"
+        "    m.parent.mkdir(parents=True, exist_ok=True); m.touch(); print('loud crash')\n"
+        "sys.exit(3)\n"
+    )
+    spec.template["spec"]["containers"][0]["command"] = [sys.executable, "-c", script]
+    backend.submit("quiet", "default", spec)
+    wait_for(lambda: _phase(backend, "quiet") == Phase.FAILED, timeout=60)
+    st = backend.get("quiet", "default").status
+    assert st.restart_count(RestartCause.FAILURE) == 2
+    assert "rank 0 exited with code 3" in st.message
+    assert "===" not in st.message and "loud crash" not in st.message
+
+
+def test_the_failure_line_is_the_groups_own(tmp_path: Path) -> None:
+    from adl.local.processes import group_last_line
+
+    log = tmp_path / "r0.log"
+    log.write_text("=== group 1 rank 0 ===\nfirst words\n\n=== group 2 rank 0 ===\n")
+    assert group_last_line(log, 1, 0) == "first words"
+    assert group_last_line(log, 2, 0) == ""
+    with open(log, "a") as fh:
+        fh.write("second words\nlast words  \n\n")
+    assert group_last_line(log, 2, 0) == "last words"
+    assert group_last_line(tmp_path / "missing.log", 1, 0) == ""
+
+
 def test_python_in_a_job_is_the_interpreter_adl_runs_under(
     daemon_factory, backend, home, monkeypatch
 ) -> None:

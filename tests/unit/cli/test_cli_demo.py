@@ -1,0 +1,57 @@
+"""``adl demo`` owns its jobs: whatever way it ends (timeout, Ctrl-C), no worker outlives it."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from conftest import kill_leftovers
+
+from adl.cli import cmd_demo
+
+WORKER = """\
+import os, sys, time
+from pathlib import Path
+Path(sys.argv[-1]).parent.joinpath(f"pid-{os.getpid()}").write_text("")
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def test_a_timed_out_demo_leaves_no_worker_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(WORKER)
+    monkeypatch.setattr(cmd_demo, "example_script", lambda: script)
+    home = tmp_path / "home"
+    # the worker records its pid next to the file named by its last argument
+    marker = str(tmp_path / "pids" / "x")
+    (tmp_path / "pids").mkdir()
+    jobs = (("sleepy", "compute", 10, 1, 2, 0.0), ("other", "small", 10, 1, 1, 0.0))
+    try:
+        rows = cmd_demo.run_demo(
+            home, slots=3, round_s=0.5, timeout_s=4, jobs=jobs, live=False, worker_args=(marker,)
+        )
+        pids = [int(p.name[4:]) for p in (tmp_path / "pids").glob("pid-*")]
+        assert len(pids) == 2, "the workers should have started before the timeout"
+        assert {r.phase for r in rows} == {"Running"}
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in pids if _alive(p)], "demo workers outlived the demo"
+        assert not list(home.glob("jobs/*/*/groups/warm-*.pid"))
+    finally:
+        kill_leftovers(home)
+        for p in (tmp_path / "pids").glob("pid-*"):
+            if _alive(int(p.name[4:])):
+                os.kill(int(p.name[4:]), 9)
