@@ -89,7 +89,9 @@ def test_kill9_daemon_mid_resize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         a = backend.get("a", "default").status
         assert a.restart_count(RestartCause.RESIZE) == 1
         assert a.restart_count(RestartCause.FAILURE) == 0
-        assert a.replicas == 3
+        log_a = (home / "jobs/default/a/logs/r0.log").read_text()
+        worlds = re.findall(r"start group=\d+ rank=0 world=(\d+)", log_a)
+        assert worlds[-1] == "3" and a.replicas == 0  # ran last on 3; finished, holds none
     finally:
         backend.close()
         stop_daemon(home)
