@@ -4,9 +4,11 @@ Bad input ends in one clear line on stderr and exit code 1 or 2, never a traceba
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +29,16 @@ BackendOpt = Annotated[
     ),
 ]
 NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="namespace of the job")]
+
+
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+OutputOpt = Annotated[
+    Output, typer.Option("--output", "-o", help="table for people, json for scripts")
+]
 
 _err = Console(stderr=True)
 
@@ -180,6 +192,20 @@ def jobs_table(views: list[JobView], now: datetime | None = None) -> Table:
             age(v.created, now),
         )
     return table
+
+
+def job_object(v: JobView) -> dict[str, Any]:
+    """A job as Kubernetes would show it (``kubectl get aj -o json``), on either backend."""
+    meta: dict[str, Any] = {"name": v.name, "namespace": v.namespace}
+    if v.created is not None:
+        meta["creationTimestamp"] = v.created.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AdaptiveJob",
+        "metadata": meta,
+        "spec": v.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "status": v.status.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
 
 
 def describe_text(v: JobView) -> str:
@@ -357,6 +383,7 @@ def register(app: typer.Typer) -> None:
     @app.command("ls")
     def ls(
         namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+        output: OutputOpt = Output.TABLE,
         backend: BackendOpt = None,
     ) -> None:
         """List jobs."""
@@ -365,15 +392,21 @@ def register(app: typer.Typer) -> None:
             views = b.list(namespace)
         except BackendError as err:
             raise fail(str(err)) from None
-        if not views:
+        if output is Output.JSON:
+            items = [job_object(v) for v in views]
+            typer.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2))
+        elif not views:
             typer.echo("no jobs")
-            return
-        Console().print(jobs_table(views))
+        else:  # in a pipe, as wide as the rows (rich would cut names at 80 columns)
+            Console(width=None if sys.stdout.isatty() else 1000).print(jobs_table(views))
         _note(_stale_note(b, views))
 
     @app.command()
     def describe(
-        name: str, namespace: NamespaceOpt = "default", backend: BackendOpt = None
+        name: str,
+        namespace: NamespaceOpt = "default",
+        output: OutputOpt = Output.TABLE,
+        backend: BackendOpt = None,
     ) -> None:
         """Show a job's spec, status (with the reason of a failure), conditions and events."""
         b = _backend(backend)
@@ -381,7 +414,10 @@ def register(app: typer.Typer) -> None:
             v = b.get(name, namespace)
         except BackendError as err:
             raise fail(str(err)) from None
-        typer.echo(describe_text(v))
+        if output is Output.JSON:
+            typer.echo(json.dumps(job_object(v), indent=2))
+        else:
+            typer.echo(describe_text(v))
         _note(_stale_note(b, [v]))
 
     @app.command()

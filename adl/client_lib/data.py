@@ -202,6 +202,7 @@ class AdaptiveDataLoader:
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
+        self._warned_empty = False
         self.min_improvement = min_improvement
         self._loader_kwargs: dict[str, Any] = dict(
             loader_kwargs, num_workers=num_workers, pin_memory=pin_memory
@@ -223,6 +224,7 @@ class AdaptiveDataLoader:
         if name is None:
             name = f"adl.loader.{AdaptiveDataLoader._count}"
             AdaptiveDataLoader._count += 1
+        self._name = name
         previous = self._ctx.states.get(name)
         if isinstance(previous, _LoaderState):
             # The same loader built again (say, in a validation function called every epoch):
@@ -350,6 +352,8 @@ class AdaptiveDataLoader:
         local, accum = self._current_config()
         size = self._size
         plan = plan_micro_batches(size, self._offset, ctx.world_size, local, self.drop_last)
+        if not plan and self._offset == 0 and size > 0:
+            self._warn_empty(size, ctx.world_size, local)
         order = epoch_order(size, self._epoch, self.shuffle, self.seed)
         batches = self._indices(plan, order)
         loader = DataLoader(self.dataset, batch_sampler=batches, **self._loader_kwargs)
@@ -371,6 +375,24 @@ class AdaptiveDataLoader:
         self._offset = size  # the epoch is done (a dropped tail counts as done)
         self._passed_here = True
         ctx.is_sync_step = True
+
+    def _warn_empty(self, size: int, replicas: int, local: int) -> None:
+        """A whole epoch without a batch trains on nothing, silently: say so once."""
+        if self._warned_empty:
+            return
+        self._warned_empty = True
+        why = (
+            f"drop_last and fewer than {replicas * local} samples"
+            if self.drop_last
+            else f"fewer samples than the {replicas} replicas"
+        )
+        log.warning(
+            "AdaptiveDataLoader %s: an epoch of %d samples gives no batch (%s); the loop over it "
+            "does nothing",
+            self._name,
+            size,
+            why,
+        )
 
     def __len__(self) -> int:
         """Micro-batches this replica still takes in the current epoch."""

@@ -23,7 +23,10 @@ class LocalApiStore:
         self.store = store
 
     def token_owner(self, token: str, job: str) -> str | None:
-        return find_owner(((r.key, r.token) for r in self.store.jobs()), token, prefer=job)
+        # a deleted job's workers still report while they stop: their token stays valid until
+        # the daemon forgets the job
+        jobs = self.store.jobs(include_deleted=True)
+        return find_owner(((r.key, r.token) for r in jobs), token, prefer=job)
 
     def put_hints(self, job: str, hints: Hints) -> None:
         try:

@@ -202,7 +202,13 @@ class Store:
         token = secrets.token_urlsafe(32)
         status = AdaptiveJobStatus()
         with self._tx() as db:
-            if db.execute("SELECT 1 FROM jobs WHERE key=?", (key,)).fetchone():
+            row = db.execute("SELECT deleted FROM jobs WHERE key=?", (key,)).fetchone()
+            if row and row[0]:
+                raise JobExists(
+                    f"job {key} was deleted and its workers are still stopping;"
+                    " submit it again in a few seconds"
+                )
+            if row:
                 raise JobExists(f"job {key} already exists (delete it first)")
             (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()
             db.execute(
@@ -278,9 +284,12 @@ class Store:
 
     def mark_deleted(self, key: str) -> None:
         with self._tx() as db:
-            cur = db.execute("UPDATE jobs SET deleted=1, rev=rev+1 WHERE key=?", (key,))
-            if cur.rowcount == 0:
+            row = db.execute("SELECT deleted FROM jobs WHERE key=?", (key,)).fetchone()
+            if row is None:
                 raise JobNotFound(key)
+            if row[0]:  # asked again while its workers stop: nothing new to record
+                return
+            db.execute("UPDATE jobs SET deleted=1, rev=rev+1 WHERE key=?", (key,))
             _event(db, key, "Normal", "Deleting", "deletion requested")
 
     def purge(self, key: str) -> None:

@@ -3,8 +3,6 @@ CLI's default backend), the torch-free counter worker, and cleanup of every proc
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,14 +16,10 @@ if str(KIT) not in sys.path:
 
 def kill_leftovers(home: Path) -> None:
     """Stop the daemon of ``home`` and SIGKILL any worker group still alive."""
-    from adl.local.client import stop_daemon
-    from adl.local.processes import group_alive, read_pidfile
+    from adl.local.client import kill_workers, stop_daemon
 
     stop_daemon(home, timeout_s=15)
-    for p in home.glob("jobs/*/*/groups/g*.pid"):
-        proc = read_pidfile(p)
-        if proc is not None and group_alive(proc):
-            os.killpg(proc.pid, signal.SIGKILL)
+    kill_workers(home)
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kill_leftovers
 
 from adl.cli import cmd_demo
+from adl.local.client import kill_workers, stop_daemon
 
 WORKER = """\
 import os, sys, time
@@ -51,7 +51,8 @@ def test_a_timed_out_demo_leaves_no_worker_behind(
         assert not [p for p in pids if _alive(p)], "demo workers outlived the demo"
         assert not list(home.glob("jobs/*/*/groups/warm-*.pid"))
     finally:
-        kill_leftovers(home)
+        stop_daemon(home, timeout_s=15)
+        kill_workers(home)
         for p in (tmp_path / "pids").glob("pid-*"):
             if _alive(int(p.name[4:])):
                 os.kill(int(p.name[4:]), 9)

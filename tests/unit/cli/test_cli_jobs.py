@@ -4,6 +4,7 @@ a command and from YAML, ls, describe (with a failure's reason), logs and logs -
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -61,6 +62,16 @@ def test_submit_ls_describe_logs_delete(adl_home: Path, daemon: int) -> None:
     assert code == 0
     row = next(line for line in out.splitlines() if "counter" in line)
     assert "Succeeded" in row and "(1-2)" in row
+    # for scripts: the objects as Kubernetes shows them
+    code, out, _ = adl("ls", "-o", "json")
+    assert code == 0
+    listed = json.loads(out)
+    assert listed["kind"] == "List" and len(listed["items"]) == 1
+    job = listed["items"][0]
+    assert job["kind"] == "AdaptiveJob" and job["metadata"]["name"] == "counter"
+    assert job["spec"]["maxReplicas"] == 2 and job["status"]["phase"] == "Succeeded"
+    code, out, _ = adl("describe", "counter", "-o", "json")
+    assert code == 0 and json.loads(out) == job
 
     code, out, _ = adl("describe", "counter")
     assert code == 0
@@ -88,13 +99,16 @@ def test_submit_ls_describe_logs_delete(adl_home: Path, daemon: int) -> None:
     assert not (adl_home / "jobs" / "default" / "counter").exists()
 
 
+LONG = "from-yaml-with-a-name-long-enough-to-be-cut-at-80-columns"
+
+
 def test_submit_from_yaml_takes_name_and_namespace_from_the_manifest(
     adl_home: Path, daemon: int, tmp_path: Path
 ) -> None:
     manifest = {
         "apiVersion": "adl.dev/v1",
         "kind": "AdaptiveJob",
-        "metadata": {"name": "from-yaml", "namespace": "team-a"},
+        "metadata": {"name": LONG, "namespace": "team-a"},
         "spec": {
             "minReplicas": 1,
             "maxReplicas": 3,
@@ -108,13 +122,13 @@ def test_submit_from_yaml_takes_name_and_namespace_from_the_manifest(
     path.write_text(yaml.safe_dump(manifest))
     code, out, err = adl("submit", "-f", str(path))
     assert code == 0, err
-    assert "job team-a/from-yaml submitted" in out
-    wait_for(lambda: phase(adl_home, "from-yaml", "team-a") == Phase.SUCCEEDED, timeout=60)
-    code, out, _ = adl("describe", "from-yaml", "-n", "team-a")
+    assert f"job team-a/{LONG} submitted" in out
+    wait_for(lambda: phase(adl_home, LONG, "team-a") == Phase.SUCCEEDED, timeout=60)
+    code, out, _ = adl("describe", LONG, "-n", "team-a")
     assert code == 0
     assert "Namespace:    team-a" in out and "MaxRestarts:  2" in out
     code, out, _ = adl("ls", "-n", "team-a")
-    assert "team-a/from-yaml" in out
+    assert f"team-a/{LONG}" in out  # whole, though a pipe is 80 columns wide
 
 
 def test_a_namespace_flag_that_contradicts_the_manifest_is_an_error(

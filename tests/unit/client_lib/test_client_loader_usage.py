@@ -115,3 +115,15 @@ def test_an_iterable_dataset_is_refused_when_the_loader_is_built(
 
     with pytest.raises(TypeError, match=r"map-style dataset .* not Stream"):
         adl.AdaptiveDataLoader(Stream(), batch_size=4)
+
+
+def test_an_epoch_without_a_batch_is_said_once(
+    make_context: MakeContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_context()
+    tiny = adl.AdaptiveDataLoader(_indexed(5), batch_size=32, drop_last=True, name="tiny")
+    with caplog.at_level("WARNING"):
+        for _ in adl.remaining_epochs_until(2):
+            assert _ids(tiny) == []
+    said = [r.getMessage() for r in caplog.records if "gives no batch" in r.getMessage()]
+    assert len(said) == 1 and "tiny" in said[0] and "drop_last" in said[0]

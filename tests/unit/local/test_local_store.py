@@ -45,3 +45,29 @@ def test_a_nan_stored_by_an_earlier_version_does_not_break_every_read(tmp_path: 
     assert sick.status.goodput is None
     assert sick.hints is not None and sick.hints.progress == 3.0 and sick.hints.goodput is None
     assert jobs["default/well"].status.phase.value == "Pending"
+
+
+def test_a_job_being_deleted_is_named_as_such_and_its_workers_may_still_report(
+    tmp_path: Path,
+) -> None:
+    from adl.api.auth import generate_token
+    from adl.local.api_store import LocalApiStore
+    from adl.local.store import JobExists
+    from adl.models import AdaptiveJobSpec, Hints
+
+    store = Store(tmp_path / "state.db")
+    spec = AdaptiveJobSpec.model_validate(
+        {"template": {"spec": {"containers": [{"name": "t", "command": ["python", "t.py"]}]}}}
+    )
+    token = store.add_job("default", "a", spec).token
+    store.mark_deleted("default/a")
+    store.mark_deleted("default/a")  # again, while its workers stop: no second event
+    assert [e.reason for e in store.events("default/a")].count("Deleting") == 1
+    with pytest.raises(JobExists, match="still stopping"):
+        store.add_job("default", "a", spec)
+    api = LocalApiStore(store)
+    assert api.token_owner(token, "default/a") == "default/a"  # not a 401 while it stops
+    api.put_hints("default/a", Hints(init_batch_size=8, progress=1.0))
+    assert api.token_owner(generate_token(), "default/a") is None
+    store.purge("default/a")
+    store.add_job("default", "a", spec)  # gone: the name is free again
