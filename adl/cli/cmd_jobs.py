@@ -447,6 +447,30 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             pass
 
+    def _set_suspend(name: str, namespace: str, backend: str | None, suspend: bool) -> None:
+        b = _backend(backend)
+        try:
+            changed = b.set_suspend(name, namespace, suspend)
+        except BackendError as err:
+            raise fail(str(err)) from None
+        key = f"{namespace}/{name}"
+        if not changed:
+            typer.echo(f"job {key} was already {'suspended' if suspend else 'not suspended'}")
+        elif suspend:
+            typer.echo(f"job {key} suspended: its workers checkpoint and stop (no restart counted)")
+        else:
+            typer.echo(f"job {key} resumed: it starts again from its checkpoint when it gets GPUs")
+
+    @app.command()
+    def suspend(name: str, namespace: NamespaceOpt = "default", backend: BackendOpt = None) -> None:
+        """Stop a job's workers (they checkpoint) and give its GPUs back until `adl resume`."""
+        _set_suspend(name, namespace, backend, True)
+
+    @app.command()
+    def resume(name: str, namespace: NamespaceOpt = "default", backend: BackendOpt = None) -> None:
+        """Let a suspended job be scheduled again; it goes on from its checkpoint."""
+        _set_suspend(name, namespace, backend, False)
+
     @app.command()
     def delete(name: str, namespace: NamespaceOpt = "default", backend: BackendOpt = None) -> None:
         """Delete a job (its workers are stopped)."""

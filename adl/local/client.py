@@ -20,6 +20,7 @@ from adl.local.processes import GroupPaths, last_line
 from adl.local.shim import write_atomic
 from adl.local.store import (
     JobExists,
+    JobFinished,
     JobNotFound,
     JobRecord,
     StateUnreadable,
@@ -255,6 +256,17 @@ class LocalBackend:
             raise BackendError(f"job {namespace}/{name} not found") from None
         if self.autostart and daemon_pid(self.home) is None:
             start_daemon(self.home, slots=self.slots, reuse_settings=True)
+
+    def set_suspend(self, name: str, namespace: str, suspend: bool) -> bool:
+        try:
+            changed = self.store.set_suspend(job_key(namespace, name), suspend)
+        except JobNotFound:
+            raise BackendError(f"job {namespace}/{name} not found") from None
+        except JobFinished:
+            raise BackendError(f"job {namespace}/{name} has finished") from None
+        if self.autostart and daemon_pid(self.home) is None:
+            start_daemon(self.home, slots=self.slots, reuse_settings=True)
+        return changed
 
     def logs(
         self, name: str, namespace: str, *, follow: bool = False, replica: int | None = None

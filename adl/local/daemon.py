@@ -257,7 +257,8 @@ class Daemon:
     # ------------------------------------------------------------------ state
 
     def reload(self) -> bool:
-        """Re-read the jobs whose row changed; True when a job appeared or left."""
+        """Re-read the jobs whose row changed; True when a job appeared, left, or was suspended
+        or resumed (each changes what the round may hand out)."""
         revs = self.store.revisions()
         arrived = False
         for key in list(self.jobs):
@@ -267,9 +268,10 @@ class Daemon:
                 arrived = True
         for key, rev in revs.items():
             if self._revs.get(key) != rev:
-                if key not in self.jobs:
+                before = self.jobs.get(key)
+                rec = self.jobs[key] = self.store.job(key)
+                if before is None or before.spec.suspend != rec.spec.suspend:
                     arrived = True
-                self.jobs[key] = self.store.job(key)
                 self._revs[key] = rev
         return arrived
 

@@ -94,6 +94,10 @@ class JobNotFound(KeyError):
     """No such job."""
 
 
+class JobFinished(ValueError):
+    """The job has finished: there is nothing to suspend or resume."""
+
+
 @dataclass
 class JobRecord:
     """One row of ``jobs`` with its JSON columns parsed."""
@@ -275,6 +279,27 @@ class Store:
                 db.execute(
                     "UPDATE jobs SET desired=?, rev=rev+1 WHERE key=?", (json.dumps(alloc), key)
                 )
+
+    def set_suspend(self, key: str, suspend: bool) -> bool:
+        """Set ``spec.suspend`` (the user's write, like ``kubectl patch``); False when it already
+        was. The daemon stops a suspended job's workers (checkpointed, no restart counted) and
+        starts a resumed one again on the next round's answer."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT spec, status FROM jobs WHERE key=? AND deleted=0", (key,)
+            ).fetchone()
+            if row is None:
+                raise JobNotFound(key)
+            spec = AdaptiveJobSpec.model_validate_json(row[0])
+            if _load(AdaptiveJobStatus, row[1]).phase.finished:
+                raise JobFinished(key)
+            if spec.suspend == suspend:
+                return False
+            spec = spec.model_copy(update={"suspend": suspend})
+            db.execute("UPDATE jobs SET spec=?, rev=rev+1 WHERE key=?", (_dump(spec), key))
+            what = ("Suspending", "suspension requested") if suspend else ("Resuming", "resumed")
+            _event(db, key, "Normal", *what)
+        return True
 
     def set_hints(self, key: str, hints: Hints) -> None:
         with self._tx() as db:

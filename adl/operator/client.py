@@ -17,11 +17,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from adl.cli.backend import BackendError, JobView
-from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
 from adl.operator import pods as P
 from adl.operator.crd import API_VERSION, GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION
 from adl.operator.scheduling import quantity
-from adl.operator.store import api_client
+from adl.operator.store import MERGE, api_client
 from adl.operator.timestamps import parse_time
 
 _IMAGE = re.compile(r"^[a-z0-9]+([._/:@-][A-Za-z0-9_.-]+)*$")
@@ -278,6 +278,29 @@ class KubernetesBackend:
                 yield line.decode(errors="replace")
         if buffer:
             yield buffer.decode(errors="replace")
+
+    def set_suspend(self, name: str, namespace: str, suspend: bool) -> bool:
+        what = f"AdaptiveJob {namespace}/{name}"
+        body = self._call(
+            what, self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+        )
+        phase = (body.get("status") or {}).get("phase")
+        if phase in (Phase.SUCCEEDED.value, Phase.FAILED.value):
+            raise BackendError(f"job {namespace}/{name} has finished")
+        if bool((body.get("spec") or {}).get("suspend", False)) == suspend:
+            return False
+        self._call(
+            what,
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"spec": {"suspend": suspend}},
+            _content_type=MERGE,
+        )
+        return True
 
     def delete(self, name: str, namespace: str) -> None:
         self._call(

@@ -68,6 +68,19 @@ async def test_submit_list_get_delete(k8s: Any) -> None:
     got = await asyncio.to_thread(backend.get, "bert", "default")
     assert got.status.allocation == ["n1", "n1"]
 
+    # suspend / resume patch spec.suspend (the operator does the rest)
+    assert await asyncio.to_thread(backend.set_suspend, "bert", "default", True) is True
+    assert objects(k8s, "adaptivejobs")["bert"]["spec"]["suspend"] is True
+    assert await asyncio.to_thread(backend.set_suspend, "bert", "default", True) is False
+    assert await asyncio.to_thread(backend.set_suspend, "bert", "default", False) is True
+    assert objects(k8s, "adaptivejobs")["bert"]["spec"]["suspend"] is False
+    assert objects(k8s, "adaptivejobs")["bert"]["spec"]["maxReplicas"] == 4  # merged, not replaced
+    await patch_status("bert", {"status": {"phase": "Succeeded"}})
+    with pytest.raises(BackendError, match="has finished"):
+        await asyncio.to_thread(backend.set_suspend, "bert", "default", True)
+    with pytest.raises(BackendError, match="not found"):
+        await asyncio.to_thread(backend.set_suspend, "nobody", "default", True)
+
     await asyncio.to_thread(backend.delete, "bert", "default")
     assert "bert" not in objects(k8s, "adaptivejobs")
     with pytest.raises(BackendError, match="not found"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -322,3 +323,32 @@ def test_unknown_job_commands_fail_cleanly(adl_home: Path, daemon: int) -> None:
     for cmd in (("describe", "ghost"), ("logs", "ghost"), ("delete", "ghost")):
         code, _, err = adl(*cmd)
         assert code == 1 and "default/ghost not found" in err, cmd
+
+
+def test_suspend_stops_the_workers_and_resume_goes_on_from_the_checkpoint(
+    adl_home: Path, daemon: int
+) -> None:
+    code, _, err = adl(
+        "submit", "long", "--max", "1", *counter("--steps", "400", "--step-s", "0.02")
+    )
+    assert code == 0, err
+    log = adl_home / "jobs/default/long/logs/r0.log"
+    wait_for(lambda: phase(adl_home, "long") == Phase.RUNNING and "step=" in log.read_text())
+    code, out, _ = adl("suspend", "long")
+    assert code == 0 and "suspended" in out
+    wait_for(lambda: phase(adl_home, "long") == Phase.SUSPENDED, timeout=30)
+    wait_for(lambda: "stopped group=1" in log.read_text(), timeout=30)
+    code, out, _ = adl("suspend", "long")
+    assert code == 0 and "already suspended" in out
+    code, out, _ = adl("describe", "long")
+    assert "Suspended" in out and "Restarts:     0" in out  # a suspension is not a restart
+    code, out, _ = adl("resume", "long")
+    assert code == 0 and "resumed" in out
+    wait_for(lambda: "start group=2" in log.read_text(), timeout=30)
+    text = log.read_text()
+    stopped = int(re.search(r"stopped group=1 rank=0 step=(\d+)", text).group(1))  # type: ignore[union-attr]
+    resumed = int(re.search(r"start group=2 rank=0 world=\d+ step=(\d+)", text).group(1))  # type: ignore[union-attr]
+    assert resumed == stopped > 0  # from its checkpoint: nothing lost, nothing repeated
+    code, _, err = adl("suspend", "nobody")
+    assert code == 1 and "not found" in err
+    adl("delete", "long")
