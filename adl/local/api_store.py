@@ -25,8 +25,7 @@ class LocalApiStore:
     def token_owner(self, token: str, job: str) -> str | None:
         # a deleted job's workers still report while they stop: their token stays valid until
         # the daemon forgets the job
-        jobs = self.store.jobs(include_deleted=True)
-        return find_owner(((r.key, r.token) for r in jobs), token, prefer=job)
+        return find_owner(self.store.tokens(), token, prefer=job)
 
     def put_hints(self, job: str, hints: Hints) -> None:
         try:
