@@ -360,6 +360,9 @@ class AdaptiveDataLoader:
         monitor = ctx.preemption
         per_step = accum + 1
         last = len(plan) - 1
+        # a loader iterated inside another's loop (validation in a training step) hands the
+        # outer loader's counts back when it is done: the step's forward needs them
+        outer = ctx.feeding_loader, ctx.global_micro_batch
         try:
             for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
                 if i % per_step == 0 and monitor is not None and monitor.poll():
@@ -371,7 +374,7 @@ class AdaptiveDataLoader:
                 ctx.feeding_loader, ctx.global_micro_batch = self, mb.size
                 yield batch
         finally:
-            ctx.feeding_loader, ctx.global_micro_batch = None, None
+            ctx.feeding_loader, ctx.global_micro_batch = outer
         self._offset = size  # the epoch is done (a dropped tail counts as done)
         self._passed_here = True
         ctx.is_sync_step = True

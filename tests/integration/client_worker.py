@@ -50,6 +50,7 @@ def main() -> None:
     p.add_argument("--autoscale", type=int, default=0, help="max batch size (0: fixed)")
     p.add_argument("--local-max", type=int, default=8, help="largest micro-batch (autoscale)")
     p.add_argument("--adp-b0", type=int, default=0, help="B0 for AdaptiveDataParallel")
+    p.add_argument("--eval-each-step", action="store_true", help="a validation pass per step")
     args = p.parse_args()
 
     ctx = adl.init_process_group("gloo")
@@ -67,6 +68,7 @@ def main() -> None:
         track("optimizer", opt)
         net = nn.parallel.DistributedDataParallel(model) if dist.is_initialized() else model
     metrics = adl.Accumulator("metrics")
+    val = adl.AdaptiveDataLoader(Indexed(5), batch_size=4, name="val")
 
     args.record.mkdir(parents=True, exist_ok=True)
     out = (args.record / f"rank{ctx.rank}-pid{os.getpid()}.jsonl").open("a", buffering=1)
@@ -91,6 +93,12 @@ def main() -> None:
                 + "\n"
             )
             sync = ctx.is_sync_step
+            if args.eval_each_step:  # inside the step, before its forward
+                net.eval()
+                with torch.no_grad():
+                    for _ids, vx, _vy in val:
+                        net(vx)
+                net.train()
             if isinstance(net, nn.parallel.DistributedDataParallel) and not sync:
                 with net.no_sync():
                     loss = nn.functional.mse_loss(net(x).squeeze(1), y)

@@ -12,9 +12,13 @@ from client_harness import read_records, run_job
 pytestmark = pytest.mark.slow
 
 
-def test_replicas_agree_on_the_step_after_an_uneven_tail(tmp_path: Path) -> None:
+@pytest.mark.parametrize("evaluate", [False, True], ids=["train-only", "eval-inside-the-step"])
+def test_replicas_agree_on_the_step_after_an_uneven_tail(tmp_path: Path, evaluate: bool) -> None:
+    """With a validation pass inside the step (before its forward), the training loader's
+    counts must still be the ones the step uses."""
     ckpt, rec = tmp_path / "ckpt", tmp_path / "rec"
     args = ("--size", "100", "--batch", "12", "--epochs", "2", "--adp")
+    args += ("--eval-each-step",) if evaluate else ()
     assert run_job(3, ckpt, rec, *args) == [0, 0, 0]
     rows = read_records(rec)
     # Epoch 0 ends with 4 samples shared (2, 1, 1); the progress each rank counted for that step
