@@ -208,7 +208,8 @@ def stop_demo_jobs(backend: LocalBackend, console: Any, wait_s: float = 15.0) ->
         keys = {f"{v.namespace}/{v.name}" for v in doomed}
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and daemon_pid(backend.home) is not None:
-            if not keys & {r.key for r in backend.store.jobs()}:
+            # a deleted job is purged once its workers are gone
+            if not keys & {r.key for r in backend.store.jobs(include_deleted=True)}:
                 return
             time.sleep(0.2)
     except (KeyboardInterrupt, BackendError):

@@ -12,9 +12,14 @@ from adl.cli import cmd_demo
 from adl.local.client import kill_workers, stop_daemon
 
 WORKER = """\
-import os, sys, time
+import os, signal, sys, time
 from pathlib import Path
-Path(sys.argv[-1]).parent.joinpath(f"pid-{os.getpid()}").write_text("")
+here = Path(sys.argv[-1]).parent
+def stop(*_):
+    here.joinpath(f"term-{os.getpid()}").write_text("")  # asked to stop: it would checkpoint
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+here.joinpath(f"pid-{os.getpid()}").write_text("")
 time.sleep(600)
 """
 
@@ -49,6 +54,9 @@ def test_a_timed_out_demo_leaves_no_worker_behind(
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [p for p in pids if _alive(p)], "demo workers outlived the demo"
+        # stopped the graceful way (SIGTERM: a real worker checkpoints), not killed at the end
+        terms = {int(p.name[5:]) for p in (tmp_path / "pids").glob("term-*")}
+        assert terms == set(pids)
         assert not list(home.glob("jobs/*/*/groups/warm-*.pid"))
     finally:
         stop_daemon(home, timeout_s=15)
