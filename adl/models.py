@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -141,13 +142,15 @@ class AdaptiveJobSpec(_Model):
 
     @field_validator("template")
     @classmethod
-    def _has_trainer(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _has_trainer(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         containers = (v.get("spec") or {}).get("containers") or []
         if not containers:
             raise ValueError("template.spec.containers must hold at least the trainer container")
         trainer = containers[0]
         if not isinstance(trainer, dict) or not (trainer.get("command") or trainer.get("image")):
             raise ValueError("template.spec.containers[0] needs a command or an image")
+        if (info.context or {}).get("stored"):
+            return v  # a job accepted by an earlier version: readable, whatever it runs
         for key in ("command", "args"):  # a string here would be run letter by letter
             value = trainer.get(key)
             if value is not None and not (

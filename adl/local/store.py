@@ -290,7 +290,7 @@ class Store:
             ).fetchone()
             if row is None:
                 raise JobNotFound(key)
-            spec = AdaptiveJobSpec.model_validate_json(row[0])
+            spec = AdaptiveJobSpec.model_validate_json(row[0], context={"stored": True})
             if _load(AdaptiveJobStatus, row[1]).phase.finished:
                 raise JobFinished(key)
             if spec.suspend == suspend:
@@ -442,7 +442,8 @@ def _job(row: tuple[Any, ...]) -> JobRecord:
         name=name,
         seq=int(seq),
         created=float(created),
-        spec=AdaptiveJobSpec.model_validate_json(spec),
+        # stored by this or an earlier version, whose rules were looser in places
+        spec=AdaptiveJobSpec.model_validate_json(spec, context={"stored": True}),
         status=_load(AdaptiveJobStatus, status),
         token=token,
         desired=None if desired is None else [str(n) for n in json.loads(desired)],

@@ -71,3 +71,28 @@ def test_a_job_being_deleted_is_named_as_such_and_its_workers_may_still_report(
     assert api.token_owner(generate_token(), "default/a") is None
     store.purge("default/a")
     store.add_job("default", "a", spec)  # gone: the name is free again
+
+
+def test_a_job_stored_under_looser_rules_is_still_read(tmp_path: Path) -> None:
+    """Earlier versions accepted a command written as one string (it then failed to start);
+    submitting one is refused now, but a home holding one must stay readable."""
+    from adl.models import AdaptiveJobSpec
+
+    store = Store(tmp_path / "state.db")
+    spec = AdaptiveJobSpec.model_validate(
+        {"template": {"spec": {"containers": [{"name": "t", "command": ["python", "t.py"]}]}}}
+    )
+    store.add_job("default", "old", spec)
+    store.add_job("default", "new", spec)
+    with store._tx() as db:
+        db.execute(
+            "UPDATE jobs SET spec=? WHERE key='default/old'",
+            ('{"template": {"spec": {"containers": [{"name": "t", "command": "python t.py"}]}}}',),
+        )
+    jobs = {r.key: r for r in store.jobs()}
+    assert jobs["default/old"].spec.trainer["command"] == "python t.py"
+    assert store.set_suspend("default/old", True)
+    with pytest.raises(ValueError, match="list of strings"):
+        AdaptiveJobSpec.model_validate_json(
+            store._query("SELECT spec FROM jobs WHERE key='default/old'")[0][0]
+        )
