@@ -14,6 +14,7 @@ import contextlib
 import io
 import logging
 import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,12 +90,13 @@ def _loads(data: bytes | Path) -> None:
 
 
 def _check_loadable(path: Path, states: dict[str, Any]) -> None:
-    """Read the new file back as :func:`load` will (tensor data mapped, not read): a value that
-    ``weights_only`` refuses (a numpy scalar, a set, an object) would otherwise make a
-    checkpoint that every restart fails to load. Raises CheckpointError naming the states."""
+    """Unpickle the new file with ``weights_only`` as :func:`load` will (tensor data memory-
+    mapped, so not read again): a value it refuses (a numpy scalar, a set, an object) would
+    otherwise make a checkpoint that every restart fails to load. Raises CheckpointError naming
+    the states. A file system that cannot map files skips the check rather than every save."""
     try:
         _loads(path)
-    except Exception as err:
+    except pickle.UnpicklingError as err:
         bad = []
         for name, state in states.items():
             buf = io.BytesIO()
@@ -111,6 +113,8 @@ def _check_loadable(path: Path, states: dict[str, Any]) -> None:
             f"strings, None and lists/tuples/dicts of them (e.g. float(x) for a numpy value); "
             f"the previous checkpoint is kept"
         ) from err
+    except Exception as err:  # not the pickle's fault (e.g. mmap unsupported on this mount)
+        log.warning("could not read the new checkpoint back to check it (%s); keeping it", err)
 
 
 def load(directory: Path | None) -> dict[str, Any] | None:

@@ -143,6 +143,27 @@ def test_a_value_that_would_not_load_back_fails_the_save_not_the_restart(
     assert adl.track("best", again) is True and again == {"accuracy": 0.5}
 
 
+def test_a_mount_that_cannot_map_files_skips_the_check_not_the_save(
+    make_context: MakeContext, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import adl
+    from adl.client_lib import checkpoint
+
+    def no_mmap(data: object) -> None:
+        if not isinstance(data, bytes):
+            raise OSError(19, "No such device")  # what mmap says on some FUSE mounts
+
+    monkeypatch.setattr(checkpoint, "_loads", no_mmap)
+    ctx = make_context()
+    adl.track("best", {"accuracy": 0.5})
+    with caplog.at_level("WARNING"):
+        assert ctx.save() is not None
+    assert "could not read the new checkpoint back" in caplog.text
+    ctx = make_context()
+    again: dict[str, float] = {}
+    assert adl.track("best", again) is True and again == {"accuracy": 0.5}
+
+
 def test_prepare_checkpoint_runs_before_the_write(make_context: MakeContext) -> None:
     ctx = make_context()
     calls: list[str] = []
