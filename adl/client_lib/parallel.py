@@ -30,6 +30,7 @@ averages N times fewer observations over the same memory, so it is noisier.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import logging
@@ -116,9 +117,13 @@ def _first_tensor(done: torch.futures.Future[list[Tensor]]) -> Tensor:
 
 def _schedule_over(scheduler: Any) -> bool:
     """Whether a scheduler with a fixed length (OneCycleLR's ``total_steps``) has taken its
-    last step: stepping it again raises, and leaves it a step past its end."""
-    total = getattr(scheduler, "total_steps", None)
+    last step: stepping it again raises, and leaves it a step past its end. For SequentialLR
+    (warm-up, then OneCycleLR), the part its next step would step."""
     last = getattr(scheduler, "last_epoch", None)
+    if isinstance(scheduler, torch.optim.lr_scheduler.SequentialLR) and isinstance(last, int):
+        parts = scheduler._schedulers
+        return _schedule_over(parts[bisect.bisect_right(scheduler._milestones, last + 1)])
+    total = getattr(scheduler, "total_steps", None)
     return isinstance(total, int) and isinstance(last, int) and last >= total
 
 

@@ -416,6 +416,19 @@ def test_a_fixed_length_schedule_stops_at_its_end_instead_of_raising() -> None:
     assert opt.param_groups[0]["lr"] == pytest.approx(sched.get_last_lr()[0])
 
 
+def test_a_fixed_length_schedule_after_a_warm_up_stops_at_its_end_too() -> None:
+    gen = torch.Generator().manual_seed(7)
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=2)
+    cycle = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=3)
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cycle], milestones=[2])
+    adp = AdaptiveDataParallel(model, opt, lr_scheduler=sched, init_batch_size=8, report=False)
+    for _ in range(7):
+        _step(adp, opt, *_data(gen, 8))
+    assert adp.progress.progress == 7.0 and cycle.last_epoch == 3
+
+
 def test_adaptive_state_round_trip() -> None:
     gen = torch.Generator().manual_seed(8)
 
