@@ -213,6 +213,11 @@ class _Step:
 # ----------------------------------------------------------------------------- transitions
 
 
+def starting_message(group: int, allocation: Sequence[str]) -> str:
+    """What a Starting job's status says: ``group 2: 3 replicas on 2 nodes``."""
+    return f"group {group}: {len(allocation)} replicas on {len(node_slots(allocation))} nodes"
+
+
 def _start_group(s: _Step) -> None:
     st = s.status
     desired = s.desired or []
@@ -236,10 +241,7 @@ def _start_group(s: _Step) -> None:
     st.restart_after = None
     if st.start_time is None:
         st.start_time = s.now
-    nodes = len(node_slots(desired))
-    s.phase(
-        Phase.STARTING, "Starting", f"group {st.group}: {len(desired)} replicas on {nodes} nodes"
-    )
+    s.phase(Phase.STARTING, "Starting", starting_message(st.group, desired))
     s.actions.append(CreateGroup(s.job, st.group, tuple(desired), tuple(range(len(desired)))))
 
 

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
-from adl.controller.lifecycle import Timing, step, teardown
+from adl.controller.lifecycle import Timing, starting_message, step, teardown
 from adl.controller.rounds import run_round as plan_round
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import pods as P
@@ -149,6 +149,10 @@ def _event(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
 
 
 # ------------------------------------------------------------------------ executing actions
+
+
+#: the status reason of a job that waits for a deleted namesake's pods and objects to go
+WAITING_FOR_PREVIOUS_JOB = "WaitingForPreviousJob"
 
 
 class _Leftovers(Exception):
@@ -368,8 +372,19 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                     rt.waiting[key] = str(exc)
                     log.info("%s: %s", key, exc)
                     _event(body, "Warning", "PreviousJobResources", str(exc))
+                    # and in the status, where `adl describe` and `kubectl get aj` look
+                    waiting = {"reason": WAITING_FOR_PREVIOUS_JOB, "message": str(exc)}
+                    await asyncio.to_thread(
+                        rt.store.patch_job_status, namespace, name, waiting, None
+                    )
                 return False
-            rt.waiting.pop(key, None)
+            if rt.waiting.pop(key, None) is not None and status.reason == WAITING_FOR_PREVIOUS_JOB:
+                # the wait is over: the status says what the lifecycle last said
+                said = {
+                    "reason": "Starting",
+                    "message": starting_message(status.group, status.allocation),
+                }
+                await asyncio.to_thread(rt.store.patch_job_status, namespace, name, said, None)
             for pod in finished_leftovers(pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
             suspended = any(

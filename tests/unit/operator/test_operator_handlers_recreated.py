@@ -64,6 +64,9 @@ async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go(monkeypatch
     assert owner(cluster.get("Pod", P.pod_name("j", 1, 0))) == OLD.uid
     await handlers._reconcile_job(rt, "ns", "j")
     assert len(cluster.events) == 1 and "still stopping" in cluster.events[0]  # said once
+    # ... and in the status, where `adl describe` and `kubectl get aj` look
+    assert cluster.job["status"]["reason"] == "WaitingForPreviousJob"
+    assert "still stopping" in cluster.job["status"]["message"]
     # the collector takes Service and Secret at once; the old pod saves its checkpoint first
     cluster.collect_garbage(("Service", "Secret"))
     await handlers._reconcile_job(rt, "ns", "j")
@@ -77,6 +80,9 @@ async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go(monkeypatch
     assert secret is not None and P.token_from_secret(secret) not in (None, "old-token")
     assert owner(cluster.get("Pod", P.pod_name("j", 1, 0))) == NEW.uid
     assert len(cluster.events) == 1
+    # the wait is over: the status says the group is starting again
+    assert cluster.job["status"]["reason"] == "Starting"
+    assert cluster.job["status"]["message"].startswith("group 1: ")
 
 
 async def test_the_old_jobs_children_are_waited_for_even_when_the_pod_is_gone(
