@@ -378,8 +378,13 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                         rt.store.patch_job_status, namespace, name, waiting, None
                     )
                 return False
-            if rt.waiting.pop(key, None) is not None and status.reason == WAITING_FOR_PREVIOUS_JOB:
-                # the wait is over: the status says what the lifecycle last said
+            rt.waiting.pop(key, None)
+            written = [a.status for a in actions if isinstance(a, SetStatus)]
+            now_says = (written[-1] if written else status).reason
+            created = any(isinstance(a, CreateGroup) for a in actions)
+            if created and now_says == WAITING_FOR_PREVIOUS_JOB:
+                # the wait is over (also when it ended while no operator was running): the
+                # group's pods exist now, and the status says so again
                 said = {
                     "reason": "Starting",
                     "message": starting_message(status.group, status.allocation),

@@ -73,6 +73,7 @@ async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go(monkeypatch
     assert owner(cluster.get("Pod", P.pod_name("j", 1, 0))) == OLD.uid
     assert cluster.get_secret("ns", "j-adl-token") is None
     cluster.collect_garbage(("Pod",))
+    rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]  # operator restarted
     await handlers._reconcile_job(rt, "ns", "j")
     assert owner(cluster.get_service("ns", "j")) == NEW.uid
     secret = cluster.get_secret("ns", "j-adl-token")
