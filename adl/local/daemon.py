@@ -139,6 +139,7 @@ class Daemon:
         self.rounds = RoundLog()
         self.api_url = ""
         self._server: Any = None
+        self._api_thread: threading.Thread | None = None
         self.metrics: Any = None  # adl.api.metrics.AdlMetrics once the API runs
         self._lock_fh: Any = None
 
@@ -189,6 +190,8 @@ class Daemon:
         """Leave workers running (the next daemon adopts them); release the lock."""
         if self._server is not None:
             self._server.should_exit = True
+            if self._api_thread is not None:  # requests in flight finish before the store closes
+                self._api_thread.join(timeout=5)
         for key in list(self._warm):  # idle warm shims are not workers: nothing to adopt
             if key in self.jobs:
                 self.drop_warm(self.jobs[key])
@@ -228,7 +231,7 @@ class Daemon:
         deadline = time.monotonic() + 10
         while not server.started and time.monotonic() < deadline and thread.is_alive():
             time.sleep(0.02)
-        self._server = server
+        self._server, self._api_thread = server, thread
         self.api_url = f"http://127.0.0.1:{port}"
 
     def _api_socket(self) -> socket.socket:

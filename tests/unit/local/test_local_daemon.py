@@ -16,7 +16,7 @@ import pytest
 from local_kit import FixedPolicy, counter_spec, wait_for
 
 from adl.cli.cmd_jobs import describe_text
-from adl.local.client import LocalBackend
+from adl.local.client import LocalBackend, daemon_pid
 from adl.models import Phase, RestartCause
 
 
@@ -246,7 +246,7 @@ def _report_hints(url: str, token: str) -> int:
             return int(r.status)
     except urllib.error.HTTPError as err:
         return err.code
-    except urllib.error.URLError:
+    except OSError:  # refused, or reset by a server going away (URLError is one too)
         return -1
 
 
@@ -261,6 +261,7 @@ def test_adopted_workers_still_reach_the_api_after_a_daemon_restart(
     assert _report_hints(url, token) == 204
     d1.stop()
     wait_for(lambda: _report_hints(url, token) == -1, timeout=10)
+    wait_for(lambda: daemon_pid(home) is None, timeout=10)  # its API first, then its lock
     d2 = daemon_factory(FixedPolicy(), api=True)
     wait_for(lambda: d2.store.get_meta("api_url") == d2.api_url != "")
     assert _phase(backend, "a") == Phase.RUNNING and backend.get("a", "default").status.group == 1
@@ -285,6 +286,7 @@ def test_the_api_moves_to_a_free_port_when_the_previous_one_is_taken(
             return True
 
         wait_for(squat, timeout=10)  # once d1 let go of it
+        wait_for(lambda: daemon_pid(d1.home) is None, timeout=10)  # and of its lock, after
         squatter.listen()
         d2 = daemon_factory(FixedPolicy(), api=True)
         wait_for(lambda: d2.store.get_meta("api_url") == d2.api_url != "")
