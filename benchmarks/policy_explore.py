@@ -4,7 +4,8 @@ physical limit of each application (alone on the cluster from submission).
 
     PYTHONPATH=. .venv/bin/python benchmarks/policy_explore.py --variants base,srpt1
         [--workloads 1,2,3,4] [--generated 2] [--jobs 2] [--traces DIR] [--json PATH]
-        [--breakdown] [--hide-remaining] [--restart-delay 30] [--oracle-info] [--fixed-rounds]
+        [--breakdown] [--hide-remaining] [--restart-delay 30] [--reported-restart-delay S]
+        [--oracle-info] [--fixed-rounds]
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ def main() -> None:
         "--restart-delay", type=int, default=30, help="what-if: seconds lost per (re)start"
     )
     ap.add_argument(
+        "--reported-restart-delay",
+        type=int,
+        help="what-if: the restart cost jobs report to the policy (default: --restart-delay)",
+    )
+    ap.add_argument(
         "--oracle-info",
         action="store_true",
         help="what-if: jobs report true speedups and remaining work (no learning, no ramp cap)",
@@ -135,6 +141,7 @@ def main() -> None:
     config = SimConfig(
         hide_remaining=a.hide_remaining,
         restart_delay_s=a.restart_delay,
+        reported_restart_s=a.reported_restart_delay,
         oracle_info=a.oracle_info,
         rounds_on_events=not a.fixed_rounds,
     )

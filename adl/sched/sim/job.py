@@ -64,6 +64,8 @@ class SimJob:
     profile: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
     #: seconds without progress after every (re)start (a what-if knob of the simulator)
     restart_delay_s: int = RESTART_DELAY_S
+    #: what-if: the restart cost the job reports to the policy, if not its true delay
+    reported_restart_s: int | None = None
     #: diagnostic: report trace truth (speedup of the current epoch, remaining work) instead of
     #: the job's own model; given by the simulator as ``truth(app, epoch)``
     truth: Callable[[AppTrace, int], TrueSpeedup] | None = None
@@ -182,7 +184,9 @@ class SimJob:
             max_replicas=self.max_replicas,
             age_s=float(now - self.spec.submit_time),
             restarts=self.restarts or 0,
-            restart_cost_s=float(self.restart_delay_s),
+            restart_cost_s=float(
+                self.restart_delay_s if self.reported_restart_s is None else self.reported_restart_s
+            ),
             attained_service_s=float(self.attained_service),
             remaining_s=None if hide_remaining else remaining,
             max_profiled_replicas=profiled,

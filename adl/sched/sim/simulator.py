@@ -48,6 +48,10 @@ class SimConfig:
     max_time_s: int = 60 * 86400
     #: what-if: seconds without progress after every (re)start (the traces' semantics: 30)
     restart_delay_s: int = RESTART_DELAY_S
+    #: what-if: the restart cost jobs report to the policy (None: ``restart_delay_s``, the
+    #: truth); with it the two parts of what restarts cost can be told apart: the progress
+    #: lost while restarting, and the caution the policy's restart penalty imposes
+    reported_restart_s: int | None = None
     #: what-if (diagnostic): adaptive jobs report the traces' true speedups and remaining work
     #: instead of their own learned model, and are never capped by what they profiled
     oracle_info: bool = False
@@ -176,6 +180,7 @@ class Simulator:
                 mode=mode,
                 order=i,
                 restart_delay_s=self.config.restart_delay_s,
+                reported_restart_s=self.config.reported_restart_s,
                 truth=truth,
             )
             for i, w in enumerate(workload)

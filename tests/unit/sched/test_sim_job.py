@@ -115,6 +115,23 @@ def test_sim_config_rejects_a_zero_round_or_tick() -> None:
         SimConfig(round_s=0)
 
 
+@pytest.mark.parametrize(("delay", "reported"), [(30, None), (0, 30), (30, 0)])
+def test_reported_restart_cost_is_what_the_policy_sees_and_the_delay_what_the_job_loses(
+    toy: AppTrace, delay: int, reported: int | None
+) -> None:
+    """The what-if that splits a restart's cost: the progress lost (the delay) and the policy's
+    caution (the cost it is told)."""
+    policy = Recorder()
+    config = SimConfig(
+        num_nodes=1, gpus_per_node=1, restart_delay_s=delay, reported_restart_s=reported
+    )
+    a = Simulator([WorkloadJob("a", 0, "toy", 1, 8)], policy, {"toy": toy}, config).run().jobs[0]
+    assert {info.restart_cost_s for infos in policy.seen for info in infos} == {
+        delay if reported is None else reported
+    }
+    assert a.completion_s == 60 + delay + 150  # started at the first round, 150 s of work
+
+
 @pytest.mark.parametrize("hide", [False, True])
 def test_hide_remaining_hides_job_length_from_the_policy(toy: AppTrace, hide: bool) -> None:
     policy = Recorder()
