@@ -63,6 +63,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.round_s < 1 or self.event_tick_s < 1:
             raise ValueError("round_s and event_tick_s must be at least 1 second")
+        if self.restart_delay_s < 0 or (self.reported_restart_s or 0) < 0:
+            raise ValueError("restart delays must be at least 0 seconds")
 
 
 class SimulatorOracle:

@@ -108,11 +108,15 @@ def test_with_rounds_on_events_a_job_submitted_at_zero_starts_at_zero(toy: AppTr
     assert result.timeline[0] == (0, {"a": 1})
 
 
-def test_sim_config_rejects_a_zero_round_or_tick() -> None:
+def test_sim_config_rejects_a_zero_round_or_tick_and_a_negative_restart_delay() -> None:
     with pytest.raises(ValueError, match="at least 1 second"):
         SimConfig(event_tick_s=0)
     with pytest.raises(ValueError, match="at least 1 second"):
         SimConfig(round_s=0)
+    with pytest.raises(ValueError, match="at least 0 seconds"):
+        SimConfig(reported_restart_s=-1)
+    with pytest.raises(ValueError, match="at least 0 seconds"):
+        SimConfig(restart_delay_s=-30)
 
 
 @pytest.mark.parametrize(("delay", "reported"), [(30, None), (0, 30), (30, 0)])
