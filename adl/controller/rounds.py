@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from adl.controller.decisions import Decision, explain
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.hints import goodput_from_hints, remaining_seconds, speedup_from_hints
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, SpeedupFn
@@ -38,6 +39,8 @@ class RoundResult:
     changed: dict[str, list[str]]  # only the jobs whose desired allocation differs
     jobs: int = 0
     duration_s: float = 0.0  # policy time (set by run_round)
+    #: why each changed job's answer changed (jobs that finished or were suspended have none)
+    decisions: dict[str, Decision] = field(default_factory=dict)
 
 
 #: The hints fields a speedup function depends on (progress and the like do not change it).
@@ -206,7 +209,20 @@ def plan_round(
     for r in ordered:
         if r.key not in allocation and r.desired:
             changed[r.key] = []
-    return RoundResult(allocation=allocation, changed=changed, jobs=len(infos))
+    held_before = sum(len(v) for v in previous.values())
+    decisions = explain(
+        {k: v for k, v in changed.items() if k not in pinned},
+        previous,
+        {i.name: i for i in infos},
+        max(sum(n.gpus for n in nodes) - held_before, 0),
+        {r.key: _reported(r.status.hints) for r in movable},
+    )
+    return RoundResult(allocation, changed, len(infos), decisions=decisions)
+
+
+def _reported(hints: Hints | None) -> bool:
+    """Whether the job has sent a throughput model (before it, speedups are the prior)."""
+    return hints is not None and hints.perf_params is not None
 
 
 def run_round(
@@ -219,7 +235,7 @@ def run_round(
     """``plan_round`` timed with a monotonic clock (the only impure part of the round)."""
     t0 = time.perf_counter()
     result = plan_round(policy, jobs, nodes, now, speedups)
-    return RoundResult(result.allocation, result.changed, result.jobs, time.perf_counter() - t0)
+    return replace(result, duration_s=time.perf_counter() - t0)
 
 
 def accrue_service(

@@ -1,12 +1,11 @@
 """The local daemon: this machine as a one-node cluster with its GPUs (or N CPU slots).
 
-Every tick it observes each job's worker groups (shim pidfiles and result files, which survive
-a daemon restart), runs the controller's pure lifecycle step and executes the actions: create a
-group (launch the shim with the worker environment), stop a group (SIGTERM the process group,
-SIGKILL after the grace period), record status and events in SQLite. Every few seconds, and at
-once when a job arrives or ends, it runs the scheduling round with the policy. The API service
-(hints, rendezvous, metrics) runs in the same process on a 127.0.0.1 port, the previous daemon's
-when it is free (adopted workers know only that one).
+The daemon is the local implementation of ``adl.controller.backend.WorkerBackend``: its state
+store is SQLite, its workers are process groups (``adl.local.groups``). The shared driver
+(``adl.controller.driver``) does the rest: every tick it steps each job's lifecycle and executes
+the actions; every few seconds, and at once when a job arrives, ends, is suspended or resumed,
+it runs the scheduling round with the policy. The API service (hints, rendezvous, metrics) runs
+in the same process on a 127.0.0.1 port (``adl.local.api_server``).
 
 ``python -m adl.local.daemon --home DIR --slots N``; usually started by ``adl local up`` or on
 demand by the CLI. A second daemon for the same home refuses to start (file lock).
@@ -21,75 +20,34 @@ import logging
 import os
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
-from adl.controller.env import WorkerSite
-from adl.controller.lifecycle import (
-    ObservedWorkers,
-    ReplicaPhase,
-    ReplicaState,
-    Timing,
-    step,
-    teardown,
-)
+from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.driver import Driver, execute
+from adl.controller.lifecycle import ObservedWorkers, Timing, teardown
 from adl.controller.rounds import JobRecord as RoundJob
-from adl.controller.rounds import RoundLog, accrue_service, run_round
-from adl.local import processes as P
+from adl.controller.rounds import RoundResult
+from adl.local.api_server import LocalApi
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
-from adl.local.store import GroupRecord, JobRecord, StateUnreadable, Store, default_home
-from adl.models import Phase
+from adl.local.gpus import detect_gpus, visible_gpus
+from adl.local.groups import WorkerGroups
+from adl.local.store import JobRecord, StateUnreadable, Store, default_home
+from adl.models import AdaptiveJobStatus, Phase
+from adl.sched import registry
 from adl.sched.policy_knobs import parse_knobs
 from adl.sched.types import NodeInfo, Policy
+
+__all__ = ["Daemon", "DaemonRunning", "Settings", "detect_gpus", "main"]
 
 log = logging.getLogger("adl.local")
 
 NODE = "local"
-#: Seconds after a group's launch before the job's next warm shim starts (so its imports do not
-#: compete with the new group's start).
-WARM_DELAY_S = 2.0
-
-
-def visible_gpus() -> list[str] | None:
-    """The daemon's own ``CUDA_VISIBLE_DEVICES`` entries (indices, UUIDs or MIG ids, kept as
-    given), or None when it is unset and every GPU of the machine is ours."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return None
-    return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
-
-
-def gpu_ids(count: int) -> list[str]:
-    """What GPU slot i is called in a rank's ``CUDA_VISIBLE_DEVICES``: entry i of the daemon's
-    own list (a daemon given GPUs 2,3 hands out 2 and 3, not 0 and 1), else i."""
-    visible = visible_gpus()
-    return visible[:count] if visible is not None else [str(i) for i in range(count)]
-
-
-def detect_gpus() -> int:
-    """NVIDIA GPUs visible on this machine, without importing torch."""
-    visible = visible_gpus()
-    if visible is not None:
-        return len(visible)
-    nvsmi = shutil.which("nvidia-smi")
-    if nvsmi is None:
-        return 0
-    try:
-        out = subprocess.run([nvsmi, "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
 @dataclass
@@ -105,43 +63,48 @@ class Settings:
     prewarm: bool = True  # CPU slots: keep the next group's shim ready (torch imported)
 
 
-def _default_policy(knobs: Mapping[str, float] | None = None) -> Policy:
-    from adl.sched.policy import AdlPolicy
+class DaemonRunning(RuntimeError):
+    """Another daemon holds this state directory's lock."""
 
-    policy: Policy = AdlPolicy(seed=0, **dict(knobs or {}))
-    return policy
+
+def _round_job(rec: JobRecord) -> RoundJob:
+    """The controller's view of a stored job (the status with the last hints merged in)."""
+    created = datetime.fromtimestamp(rec.created, UTC)
+    return RoundJob(rec.key, rec.spec, rec.status_with_hints(), created, rec.desired)
 
 
 class Daemon:
     """One daemon per state directory; ``run()`` blocks until ``stop()`` or SIGTERM."""
 
     def __init__(
-        self, settings: Settings, policy_factory: Callable[[], Policy] = _default_policy
+        self, settings: Settings, policy_factory: Callable[[], Policy] | None = None
     ) -> None:
         self.s = settings
         self.home = settings.home
         self.store = Store(self.home / DB_NAME)
-        self.policy = policy_factory()
         self.capacity = settings.gpus or settings.slots
         self.jobs: dict[str, JobRecord] = {}
+        self.groups = WorkerGroups(settings, self.store, self.jobs)
+        policy = (policy_factory or registry.policy_factory())()
+        self.driver = Driver(self, policy, settings.timing, on_round=self._on_round)
+        self.rounds = self.driver.rounds
         self._revs: dict[str, int] = {}
-        self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
-        self._warm: dict[str, tuple[P.GroupProcess, subprocess.Popen[bytes]]] = {}
-        self._warm_after: dict[str, float] = {}
         self._told_unfit: set[str] = set()
         self._step_errors: dict[str, str] = {}  # job -> the last error its step raised
-        #: (job, group) -> (replicas, why) for groups whose launch failed: failed starts
-        self._unstarted: dict[tuple[str, int], tuple[int, str]] = {}
         self._stop = threading.Event()
         self._round_due = True
         self._last_round = 0.0
-        self._last_accrue = time.monotonic()
-        self.rounds = RoundLog()
-        self.api_url = ""
-        self._server: Any = None
-        self._api_thread: threading.Thread | None = None
+        self.api = LocalApi()
         self.metrics: Any = None  # adl.api.metrics.AdlMetrics once the API runs
         self._lock_fh: Any = None
+
+    @property
+    def policy(self) -> Policy:
+        return self.driver.policy
+
+    @property
+    def api_url(self) -> str:
+        return self.api.url
 
     # ------------------------------------------------------------------ lifecycle of the daemon
 
@@ -153,7 +116,7 @@ class Daemon:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.close()
-            raise SystemExit(f"another adl daemon already serves {self.home}") from None
+            raise DaemonRunning(f"another adl daemon already serves {self.home}") from None
         self._lock_fh = fh
         (self.home / PID_NAME).write_text(f"{os.getpid()}\n")
 
@@ -161,7 +124,7 @@ class Daemon:
         self.acquire()
         try:
             self.reload()
-            self.recover()
+            self.groups.recover()
             if self.s.api:
                 self.start_api()
             self.store.set_meta("api_url", self.api_url)
@@ -188,18 +151,10 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Leave workers running (the next daemon adopts them); release the lock."""
-        if self._server is not None:
-            self._server.should_exit = True
-            if self._api_thread is not None:  # requests in flight finish before the store closes
-                self._api_thread.join(timeout=5)
-        for key in list(self._warm):  # idle warm shims are not workers: nothing to adopt
-            if key in self.jobs:
-                self.drop_warm(self.jobs[key])
+        self.api.stop()
+        self.groups.close()
         with contextlib.suppress(Exception):
             self.store.set_meta("daemon_pid", "")
-        for proc in self._children.values():
-            with contextlib.suppress(Exception):
-                proc.poll()
         if self._lock_fh is not None:
             with contextlib.suppress(Exception):
                 (self.home / PID_NAME).unlink(missing_ok=True)
@@ -208,54 +163,13 @@ class Daemon:
         self.store.close()
 
     def start_api(self) -> None:
-        """Serve the API (hints, rendezvous, metrics) on 127.0.0.1, on the previous daemon's
-        port when it is free."""
         try:
             from adl.local.api_store import build_app
         except ImportError as err:  # the API package is optional for the daemon
             log.warning("API disabled: %s", err)
             return
-        import uvicorn
-
-        app = build_app(self)
-        sock = self._api_socket()
-        port = int(sock.getsockname()[1])
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
-        )
-        server = uvicorn.Server(config)
-        thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [sock]}, name="adl-api", daemon=True
-        )
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline and thread.is_alive():
-            time.sleep(0.02)
-        self._server, self._api_thread = server, thread
-        self.api_url = f"http://127.0.0.1:{port}"
-
-    def _api_socket(self) -> socket.socket:
-        """A socket bound to the port recorded by the previous daemon, else to a free one.
-        Workers read ``ADL_API_URL`` once at start, so adopted groups reach the API only if it
-        stays where it was."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT, not a listener
-        previous = None
-        with contextlib.suppress(ValueError):
-            previous = urlsplit(self.store.get_meta("api_url") or "").port
-        if previous:
-            try:
-                sock.bind(("127.0.0.1", previous))
-                return sock
-            except OSError as err:
-                log.warning(
-                    "API port %d of the previous daemon is taken (%s): running groups report "
-                    "to the API again only after their next restart",
-                    previous,
-                    err,
-                )
-        sock.bind(("127.0.0.1", 0))
-        return sock
+        self.api.start(build_app(self), self.store.get_meta("api_url"))
+        self.groups.api_url = self.api.url
 
     # ------------------------------------------------------------------ state
 
@@ -278,356 +192,77 @@ class Daemon:
                 self._revs[key] = rev
         return arrived
 
-    def paths(self, rec: JobRecord) -> P.GroupPaths:
-        return P.GroupPaths.for_job(self.home, rec.namespace, rec.name)
+    # ------------------------------------------------------------------ WorkerBackend
 
-    def recover(self) -> None:
-        """After a restart: stop every live group that is not the current one of an unfinished
-        job (orphans of a resize the previous daemon did not finish), before launching
-        anything. The current group of a running job is adopted as it is."""
-        for rec in self.jobs.values():
-            paths = self.paths(rec)
-            P.drop_warm(paths)  # a warm shim nobody handed a plan to yet: not a group
-            known = {g.group for g in self.store.groups(rec.key)}
-            for g in paths.recorded_groups():
-                proc = P.read_pidfile(paths.pidfile(g))
-                if proc is None or paths.result(g).exists() or not P.group_alive(proc):
-                    continue
-                if g not in known:
-                    self._restore_group_row(rec, g, proc)
-                current = g == rec.status.group and not rec.status.phase.finished
-                if not current or rec.deleted:
-                    log.info("stopping orphan group %d of %s", g, rec.key)
-                    self.stop_group(rec, g, rec.spec.termination_grace_period_seconds)
+    def observe(self, job: RoundJob) -> ObservedWorkers:
+        return self.groups.observe(self.jobs[job.key])
 
-    def _restore_group_row(self, rec: JobRecord, group: int, proc: P.GroupProcess) -> None:
-        """Record a live group the previous daemon launched but was killed before recording:
-        the slot gate and the SIGKILL escalation know groups only from the table."""
-        plan_path = self.paths(rec).plan(group)
-        ranks = (P.read_json(plan_path) or {}).get("ranks", [])
-        env = ranks[0].get("env", {}) if ranks else {}
-        ids = gpu_ids(self.s.gpus)
-        given = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if self.s.gpus else []
-        log.info("recording group %d of %s, launched by the previous daemon", group, rec.key)
-        self.store.add_group(
-            GroupRecord(
-                rec.key,
-                group,
-                len(ranks),
-                proc.pid,
-                proc.start_ticks,
-                int(env.get("ADL_MASTER_PORT") or 0) or None,
-                [ids.index(d) for d in given if d in ids],
-                started=plan_path.stat().st_mtime if plan_path.exists() else time.time(),
-            )
-        )
+    def set_status(self, job: RoundJob, status: AdaptiveJobStatus) -> None:
+        self.store.set_status(job.key, status)
+        self.jobs[job.key].status = status.model_copy()
 
-    # ------------------------------------------------------------------ observation
+    def create_group(self, job: RoundJob, action: CreateGroup) -> None:
+        # a launch that must wait (slots still held by another job's group) is retried at the
+        # next tick: the lifecycle re-issues CreateGroup for the missing replicas
+        self.groups.launch(self.jobs[job.key], action)
 
-    def observe(self, rec: JobRecord) -> ObservedWorkers:
-        """Every replica of every recorded group, from the shims' files."""
-        paths = self.paths(rec)
-        out: list[ReplicaState] = []
-        for g in paths.recorded_groups():
-            child = self._children.get((rec.key, g))
-            if child is not None and child.poll() is not None:
-                del self._children[(rec.key, g)]
-            result = P.read_result(paths.result(g))
-            n = self._group_size(rec, g)
-            if result is not None:
-                codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
-                for rank, code in enumerate(codes):
-                    bad = code not in (0, 143)
-                    msg = self._failure_text(paths, g, rank, code) if bad else ""
-                    out.append(ReplicaState.exited(g, rank, code, msg))
-                self._record_end(rec, g, codes, float(result.get("ended", time.time())))
-                continue
-            proc = P.read_pidfile(paths.pidfile(g))
-            terminating = paths.pidfile(g).with_suffix(".stop").exists()
-            alive = proc is not None and P.group_alive(proc)
-            if not alive and paths.result(g).exists():
-                continue  # it finished between the two reads; the next tick sees the result
-            if alive:
-                out += [
-                    ReplicaState(g, r, ReplicaPhase.RUNNING, terminating=terminating)
-                    for r in range(n)
-                ]
-            else:  # the shim died without a record (SIGKILL): its ranks count as killed
-                codes = [-9] * n
-                out += [ReplicaState.exited(g, r, -9, f"group {g} was killed") for r in range(n)]
-                self._record_end(rec, g, codes, time.time())
-                P.write_result_if_missing(paths.result(g), codes)
-        for (key, g), (n, why) in self._unstarted.items():
-            if key == rec.key:
-                failed = ReplicaPhase.FAILED
-                out += [
-                    ReplicaState(g, r, failed, False, None, "StartFailed", why) for r in range(n)
-                ]
-        return ObservedWorkers(tuple(out))
+    def delete_group(self, job: RoundJob, action: DeleteGroup) -> None:
+        rec = self.jobs[job.key]
+        self.groups.stop_group(rec, action.group, action.grace_s)
+        if rec.desired and not rec.deleted and not rec.status.phase.finished:
+            self.groups.prewarm(rec)  # a resize or a restart: a next group will follow
 
-    @staticmethod
-    def _failure_text(paths: P.GroupPaths, group: int, rank: int, code: int) -> str:
-        """Why a rank failed, for ``adl describe``: its exit and the last line it printed in
-        this group (none: just the exit)."""
-        what = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        tail = P.group_last_line(paths.log(rank), group, rank)
-        return f"rank {rank} {what}" + (f": {tail}" if tail else "")
+    def emit_event(self, job: str, event: EmitEvent) -> None:
+        self.store.add_event(job, event.type, event.reason, event.message)
 
-    def _group_size(self, rec: JobRecord, group: int) -> int:
-        plan = P.read_json(self.paths(rec).plan(group))
-        return len(plan.get("ranks", [])) if plan else 0
+    def round_jobs(self) -> list[RoundJob]:
+        return [_round_job(r) for r in self.jobs.values() if not r.deleted]
 
-    def _record_end(self, rec: JobRecord, group: int, codes: list[int], ended: float) -> None:
-        self.store.end_group(rec.key, group, codes, ended)
+    def round_nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(NODE, self.capacity)]
 
-    def live_slots(self, exclude: str | None = None) -> tuple[int, set[int]]:
-        """(slots held by live groups of other jobs, their device indices)."""
-        used, devices = 0, set()
-        for g in self.store.groups(live_only=True):
-            if g.key == exclude:
-                continue
-            rec = self.jobs.get(g.key)
-            if rec is None:
-                continue
-            proc = P.GroupProcess(g.pid or 0, g.start_ticks or 0)
-            if g.pid and P.group_alive(proc):
-                used += g.replicas
-                devices.update(g.devices)
-        return used, devices
+    def set_desired(self, changed: Mapping[str, list[str]]) -> None:
+        self.store.set_desired(dict(changed))
+        for key, alloc in changed.items():
+            if key in self.jobs:
+                self.jobs[key].desired = list(alloc)
 
-    # ------------------------------------------------------------------ actions
-
-    def launch(self, rec: JobRecord, action: CreateGroup) -> bool:
-        """Start the group unless its slots are still held by another job's group (then the
-        next tick retries: the lifecycle re-issues CreateGroup for missing replicas). A group
-        whose files cannot be written is observed as a failed start from then on."""
-        paths = self.paths(rec)
-        if paths.pidfile(action.group).exists():
-            return True  # already launched (a re-issued create after a restart)
-        need = len(action.allocation)
-        used, taken = self.live_slots(exclude=rec.key)
-        if used + need > self.capacity:
-            return False
-        devices = [d for d in range(self.s.gpus) if d not in taken][:need] if self.s.gpus else []
-        try:
-            proc, child, port = self._spawn(rec, action, devices)
-        except OSError as err:  # its files cannot be written (disk full, a path taken)
-            why = f"group {action.group} could not start: {err}"
-            log.warning("%s: %s", rec.key, why)
-            self._unstarted[(rec.key, action.group)] = (need, why)
-            return False
-        if child is not None:
-            self._children[(rec.key, action.group)] = child
-        # the standing warm shim for the next resize waits until this group is under way
-        self._warm_after[rec.key] = time.monotonic() + WARM_DELAY_S
-        self.store.add_group(
-            GroupRecord(
-                rec.key,
-                action.group,
-                need,
-                proc.pid,
-                proc.start_ticks,
-                port,
-                devices,
-                started=time.time(),
-            )
-        )
-        return True
-
-    def _spawn(
-        self, rec: JobRecord, action: CreateGroup, devices: list[int]
-    ) -> tuple[P.GroupProcess, subprocess.Popen[bytes] | None, int]:
-        """Write the group's files and start its shim (or hand the plan to the warm one):
-        the shim, the Popen to reap it, the rendezvous port."""
-        paths = self.paths(rec)
-        need = len(action.allocation)
-        paths.checkpoint.mkdir(parents=True, exist_ok=True)
-        if not paths.token.exists():
-            paths.token.write_text(rec.token)
-            paths.token.chmod(0o600)
-        port = P.free_port()
-        site = WorkerSite(
-            master_addr="127.0.0.1",
-            master_port=port,
-            checkpoint_dir=str(paths.checkpoint),
-            api_url=self.api_url,
-            token_file=str(paths.token) if self.api_url else "",
-        )
-        trainer = rec.spec.trainer
-        argv = [*(trainer.get("command") or []), *(trainer.get("args") or [])]
-        base = self._base_env(trainer, need)
-        if devices:
-            ids = gpu_ids(self.s.gpus)
-            base["CUDA_VISIBLE_DEVICES"] = ",".join(ids[d] for d in devices)
-        ranks = [
-            {"rank": r, "argv": argv, "env": {**base, **action.env(r, site)}} for r in range(need)
-        ]
-        grace = float(rec.spec.termination_grace_period_seconds)
-        warm = self._warm.pop(rec.key, None)
-        try:
-            proc, child = P.launch(
-                paths,
-                action.group,
-                ranks,
-                grace_s=grace,
-                cwd=trainer.get("workingDir"),
-                warm=warm[0] if warm is not None else None,
-            )
-        except OSError:
-            if warm is not None:  # not handed this plan: it can still serve the next group
-                self._warm[rec.key] = warm
-            raise
-        if child is None and warm is not None:
-            child = warm[1]  # the warm shim became this group's shim
-        return proc, child, port
-
-    def prewarm(self, rec: JobRecord) -> None:
-        """Start the job's next shim now, importing torch while the old group checkpoints."""
-        from adl.local.warm import script_of
-
-        if not self.s.prewarm or self.s.gpus or rec.key in self._warm:
-            # with GPUs, forking after torch is loaded risks a CUDA state the ranks cannot
-            # re-initialize: GPU groups start cold
-            return
-        trainer = rec.spec.trainer
-        argv = [*(trainer.get("command") or []), *(trainer.get("args") or [])]
-        env, cwd = self._base_env(trainer, 0), trainer.get("workingDir")
-        if script_of(argv, env.get("PATH", os.defpath), cwd) is None:
-            return
-        try:
-            self._warm[rec.key] = P.prewarm(self.paths(rec), env, cwd)
-        except OSError as err:
-            log.warning("no warm start for %s: %s", rec.key, err)
-
-    def drop_warm(self, rec: JobRecord) -> None:
-        warm = self._warm.pop(rec.key, None)
-        if warm is not None:
-            P.drop_warm(self.paths(rec), warm[0])
-            with contextlib.suppress(Exception):
-                warm[1].wait(timeout=5)
-
-    def _base_env(self, trainer: dict[str, Any], replicas: int) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ADL_")}
-        # `python` in a job is the interpreter adl runs under (the one that has adl and torch;
-        # what a warm shim forks into anyway), as if its environment were activated
-        bindir = os.path.dirname(sys.executable)
-        path = env.get("PATH", "")
-        if bindir and path.split(os.pathsep)[0] != bindir:
-            env["PATH"] = os.pathsep.join([bindir, path]) if path else bindir
-        for item in trainer.get("env") or []:
-            if isinstance(item, dict) and "name" in item:
-                env[str(item["name"])] = str(item.get("value", ""))
-        if not self.s.gpus and "OMP_NUM_THREADS" not in env:
-            cpus = os.cpu_count() or 1
-            env["OMP_NUM_THREADS"] = str(max(cpus // max(self.capacity, 1), 1))
-        del replicas
-        return env
-
-    def stop_group(self, rec: JobRecord, group: int, grace_s: float) -> None:
-        """SIGTERM the group once; the stop marker remembers it across daemon restarts."""
-        paths = self.paths(rec)
-        proc = P.read_pidfile(paths.pidfile(group))
-        marker = paths.pidfile(group).with_suffix(".stop")
-        if proc is None:
-            return
-        if not marker.exists():
-            marker.write_text(f"{time.time() + grace_s + self.s.kill_margin_s}\n")
-            P.signal_group(proc.pid, signal.SIGTERM)
-
-    def escalate(self) -> None:
-        """SIGKILL groups still alive past their stop deadline."""
-        now = time.time()
-        for g in self.store.groups(live_only=True):
-            rec = self.jobs.get(g.key)
-            if rec is None or not g.pid:
-                continue
-            marker = self.paths(rec).pidfile(g.group).with_suffix(".stop")
-            try:
-                deadline = float(marker.read_text())
-            except (OSError, ValueError):
-                continue
-            if now > deadline and P.group_alive(P.GroupProcess(g.pid, g.start_ticks or 0)):
-                P.signal_group(g.pid, signal.SIGKILL)
-
-    def reap(self) -> None:
-        """Collect exited shims we launched (no zombies, even for purged jobs)."""
-        for key, child in list(self._children.items()):
-            if child.poll() is not None:
-                del self._children[key]
-        for job, (_, warm) in list(self._warm.items()):
-            if warm.poll() is not None:  # it timed out or was killed
-                del self._warm[job]
-
-    def execute(self, rec: JobRecord, actions: list[Action]) -> None:
-        events: list[tuple[str, str, str]] = []
-        for action in actions:
-            if isinstance(action, SetStatus):
-                self.store.set_status(rec.key, action.status)
-                rec.status = action.status.model_copy()
-            elif isinstance(action, EmitEvent):
-                events.append((action.type, action.reason, action.message))
-            elif isinstance(action, DeleteGroup):
-                self.stop_group(rec, action.group, action.grace_s)
-                if rec.desired and not rec.deleted and not rec.status.phase.finished:
-                    self.prewarm(rec)  # a resize or a restart: a next group will follow
-            elif isinstance(action, CreateGroup):
-                self.launch(rec, action)
-        for type_, reason, message in events:
-            self.store.add_event(rec.key, type_, reason, message)
+    def record_service(self, service: Mapping[str, float]) -> None:
+        self.store.set_service(service)
+        for key, seconds in service.items():
+            if key in self.jobs:
+                self.jobs[key].status.attained_service_s = seconds
 
     # ------------------------------------------------------------------ the loop
 
     def tick(self) -> None:
         if self.reload():
             self._round_due = True
-        now_mono = time.monotonic()
-        elapsed, self._last_accrue = now_mono - self._last_accrue, now_mono
         now = datetime.now(UTC)
         for rec in list(self.jobs.values()):
             try:
-                self.step_job(rec, now, elapsed)
+                self.step_job(rec, now)
                 self._step_errors.pop(rec.key, None)
             except Exception as err:  # one job's trouble must not stop the others
                 if self._step_errors.get(rec.key) != repr(err):  # once per new error, not per tick
                     self._step_errors[rec.key] = repr(err)
                     log.exception("step of %s failed", rec.key)
-        self.escalate()
-        self.reap()
-        if self._round_due or now_mono - self._last_round >= self.s.round_s:
+        self.groups.escalate()
+        self.groups.reap()
+        if self._round_due or time.monotonic() - self._last_round >= self.s.round_s:
             self.schedule(now)
         self.reload()
 
-    def step_job(self, rec: JobRecord, now: datetime, elapsed: float) -> None:
-        observed = self.observe(rec)
+    def step_job(self, rec: JobRecord, now: datetime) -> None:
         if rec.deleted or rec.status.phase.finished:
-            self.drop_warm(rec)
+            self.groups.drop_warm(rec)
         if rec.deleted:
-            self.execute(rec, teardown(rec.key, rec.spec, observed))
-            if not observed.any_present():
-                # files first: once the row is gone, nothing of the job is left anywhere (a
-                # daemon killed in between finds the row again and finishes the removal)
-                shutil.rmtree(self.paths(rec).root, ignore_errors=True)
-                self.store.purge(rec.key)
-                self._told_unfit.discard(rec.key)
-                self._step_errors.pop(rec.key, None)
-                for unstarted in [k for k in self._unstarted if k[0] == rec.key]:
-                    del self._unstarted[unstarted]
-                self._round_due = True
+            self._tear_down(rec)
             return
-        if rec.status.phase.finished and not observed.any_present():
+        if rec.status.phase.finished and not self.groups.observe(rec).any_present():
             return
         was_finished = rec.status.phase.finished
-        status = rec.status_with_hints()
-        status = accrue_service(status, rec.spec.gpus_per_replica, elapsed)
-        actions = step(rec.key, rec.spec, status, observed, rec.desired, now, self.s.timing)
-        if status.attained_service_s != rec.status.attained_service_s and not any(
-            isinstance(a, SetStatus) for a in actions
-        ):
-            # service accrues continuously; persist it with the next real change only
-            rec.status = rec.status.model_copy(
-                update={"attained_service_s": status.attained_service_s}
-            )
-        self.execute(rec, actions)
+        self.driver.step_job(_round_job(rec), now)
         if rec.status.phase == Phase.PENDING and rec.key not in self._told_unfit:
             self._tell_if_unfit(rec)
         if rec.status.phase.finished and not was_finished:
@@ -635,10 +270,24 @@ class Daemon:
         elif (
             rec.status.phase == Phase.RUNNING
             and rec.spec.max_replicas > rec.spec.min_replicas
-            and rec.key not in self._warm
-            and time.monotonic() >= self._warm_after.get(rec.key, 0.0)
+            and self.groups.warm_due(rec)
         ):
-            self.prewarm(rec)  # an elastic job will be resized: keep its next shim ready
+            self.groups.prewarm(rec)  # an elastic job will be resized: keep its next shim ready
+
+    def _tear_down(self, rec: JobRecord) -> None:
+        """A deleted job: stop its groups; once none is left, remove every trace of it."""
+        job = _round_job(rec)
+        observed = self.groups.observe(rec)
+        execute(self, job, teardown(rec.key, rec.spec, observed))
+        if not observed.any_present():
+            # files first: once the row is gone, nothing of the job is left anywhere (a daemon
+            # killed in between finds the row again and finishes the removal)
+            shutil.rmtree(self.groups.paths(rec).root, ignore_errors=True)
+            self.store.purge(rec.key)
+            self._told_unfit.discard(rec.key)
+            self._step_errors.pop(rec.key, None)
+            self.groups.forget(rec.key)
+            self._round_due = True
 
     def _tell_if_unfit(self, rec: JobRecord) -> None:
         """Say once why a pending job can never start here (it was submitted to a daemon with
@@ -653,29 +302,12 @@ class Daemon:
     def schedule(self, now: datetime) -> None:
         self._round_due = False
         self._last_round = time.monotonic()
-        jobs = [
-            RoundJob(
-                key=r.key,
-                spec=r.spec,
-                status=r.status_with_hints(),
-                created=datetime.fromtimestamp(r.created, UTC),
-                desired=r.desired,
-            )
-            for r in self.jobs.values()
-            if not r.deleted
-        ]
-        if not jobs:
-            return
-        nodes = [NodeInfo(NODE, self.capacity)]
-        result = run_round(self.policy, jobs, nodes, now)
-        self.rounds.add(result)
+        if any(not r.deleted for r in self.jobs.values()):
+            self.driver.run_round(now)
+
+    def _on_round(self, result: RoundResult) -> None:
         if self.metrics is not None:
             self.metrics.observe_round(result.duration_s)
-        if result.changed:
-            self.store.set_desired(result.changed)
-            for key, alloc in result.changed.items():
-                if key in self.jobs:
-                    self.jobs[key].desired = list(alloc)
 
 
 def load_policy(spec: str, home: Path) -> Callable[[], Policy]:
@@ -739,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         timing=timing,
         prewarm=not args.no_prewarm,
     )
-    factory = load_policy(args.policy, home) if args.policy else partial(_default_policy, knobs)
+    factory = (
+        load_policy(args.policy, home) if args.policy else registry.policy_factory(knobs=knobs)
+    )
     if knobs:
         log.info("adl policy knobs: %s", knobs)
     try:
@@ -748,7 +382,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"adl daemon: {err}") from None
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
     signal.signal(signal.SIGINT, lambda *_: daemon.stop())
-    daemon.run()
+    try:
+        daemon.run()
+    except DaemonRunning as err:
+        raise SystemExit(f"adl daemon: {err}") from None
     return 0
 
 

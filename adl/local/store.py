@@ -17,7 +17,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,6 +278,16 @@ class Store:
             for key, alloc in desired.items():
                 db.execute(
                     "UPDATE jobs SET desired=?, rev=rev+1 WHERE key=?", (json.dumps(alloc), key)
+                )
+
+    def set_service(self, service: Mapping[str, float]) -> None:
+        """Attained service (GPU-seconds) of several jobs, written into their stored status.
+        The revision is left alone: the daemon that writes it already holds the value."""
+        with self._tx() as db:
+            for key, seconds in service.items():
+                db.execute(
+                    "UPDATE jobs SET status=json_set(status, '$.attainedServiceS', ?) WHERE key=?",
+                    (float(seconds), key),
                 )
 
     def set_suspend(self, key: str, suspend: bool) -> bool:

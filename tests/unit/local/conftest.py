@@ -12,7 +12,7 @@ import pytest
 
 from adl.controller.lifecycle import Timing
 from adl.local.client import LocalBackend
-from adl.local.daemon import Daemon, Settings, _default_policy
+from adl.local.daemon import Daemon, Settings
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def daemon_factory(home: Path) -> Iterator[Callable[..., Daemon]]:
             api=bool(kw.pop("api", False)),
             timing=Timing(backoff_base_s=0.2, backoff_max_s=1.0),
         )
-        factory = (lambda: policy) if policy is not None else _default_policy
+        factory = (lambda: policy) if policy is not None else None
         d = Daemon(settings, policy_factory=factory)  # type: ignore[arg-type]
         t = threading.Thread(target=d.run, daemon=True)
         t.start()

@@ -358,7 +358,7 @@ def test_one_jobs_error_does_not_stop_the_others(daemon_factory, backend) -> Non
     observe = d.observe
 
     def broken_for_bad(rec):  # type: ignore[no-untyped-def]
-        if rec.name == "bad":
+        if rec.key == "default/bad":
             raise RuntimeError("a bug that only this job hits")
         return observe(rec)
 

@@ -61,7 +61,7 @@ def test_a_bare_python_job_is_resized_from_a_warm_shim(daemon_factory, backend, 
     backend.submit("a", "default", spec)
     ck = home / "jobs/default/a/checkpoint/state.json"
     wait_for(lambda: ck.exists() and backend.get("a", "default").status.phase == Phase.RUNNING)
-    wait_for(lambda: "default/a" in d._warm, timeout=10)
+    wait_for(lambda: "default/a" in d.groups._warm, timeout=10)
     policy.replicas["a"] = 2
     d._round_due = True
     wait_for(lambda: backend.get("a", "default").status.phase == Phase.SUCCEEDED, timeout=60)
@@ -237,6 +237,6 @@ def test_gpu_groups_start_cold(daemon_factory, home) -> None:  # type: ignore[no
     d = daemon_factory(FixedPolicy())
     d.s.gpus = 1
     rec = d.store.add_job("default", "g", counter_spec(hi=2))
-    d.prewarm(rec)
-    assert d._warm == {}
+    d.groups.prewarm(rec)
+    assert d.groups._warm == {}
     assert not list(home.glob("jobs/default/g/groups/warm-*"))

@@ -1,0 +1,62 @@
+"""The contract between the shared driver (``adl.controller.driver``) and a backend.
+
+A backend owns the workers and the state store of one kind of cluster: the local daemon
+(processes, SQLite) or the Kubernetes operator (pods, the AdaptiveJob objects). It implements
+only these primitives, the way torch elastic's agents implement start/stop/monitor and leave
+``run()`` to ``SimpleElasticAgent``; what to do with them (step the lifecycle, execute its
+actions in order, run the scheduling round, accrue service, explain decisions) is written once,
+in the driver. Methods are synchronous: the operator runs the driver in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.lifecycle import ObservedWorkers
+from adl.controller.rounds import JobRecord
+from adl.models import AdaptiveJobStatus
+from adl.sched.types import NodeInfo
+
+
+class WorkerBackend(Protocol):
+    """What the driver needs from a backend, for one job's step and for the round."""
+
+    # ---- one job
+    def observe(self, job: JobRecord) -> ObservedWorkers:
+        """Every replica of every group of the job that is still present."""
+        ...
+
+    def set_status(self, job: JobRecord, status: AdaptiveJobStatus) -> None:
+        """Persist the job's status (the lifecycle's decision, recorded before any effect)."""
+        ...
+
+    def create_group(self, job: JobRecord, action: CreateGroup) -> None:
+        """Launch the replicas ``action.ranks`` of the group (idempotent)."""
+        ...
+
+    def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
+        """Stop the group gracefully (idempotent)."""
+        ...
+
+    def emit_event(self, job: str, event: EmitEvent) -> None:
+        """A user-visible event of the job (``namespace/name``)."""
+        ...
+
+    # ---- the round
+    def round_jobs(self) -> Sequence[JobRecord]:
+        """Every job the round may consider (deleted ones left out), as stored now."""
+        ...
+
+    def round_nodes(self) -> Sequence[NodeInfo]:
+        """The schedulable nodes with the GPUs (or slots) adl may hand out on each."""
+        ...
+
+    def set_desired(self, changed: Mapping[str, list[str]]) -> None:
+        """Record the scheduler's new answers (job -> one node per replica)."""
+        ...
+
+    def record_service(self, service: Mapping[str, float]) -> None:
+        """Persist the jobs' attained service (GPU-seconds), the fair-share input."""
+        ...

@@ -1,0 +1,133 @@
+"""Why a job's allocation changed: the decision log of a scheduling round.
+
+The policy answers with an allocation only; the round compares it with what each job held and,
+for every job whose answer changed, writes down what a user needs to understand the move: the
+sizes before and after, the job's own speedup at both (from its reported model), how many GPUs
+were free, and which jobs the GPUs came from or went to. Backends show the message as an Event
+(``adl describe``, ``kubectl describe aj``) and a log line; the simulator can print them too.
+Pure: numbers in, text out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from adl.controller.env import node_slots
+from adl.sched.types import JobInfo
+
+#: the Event reason of an allocation change
+REASON = "Rescheduled"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One job's allocation change in one round, with the facts that explain it."""
+
+    job: str
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    speedup_before: float | None  # the job's speedup at its old size (None: held nothing)
+    speedup_after: float | None
+    free_gpus: int  # GPUs no job held before the round
+    priority: int = 0
+    reported: bool = True  # False: no throughput model yet (speedups are the linear prior)
+    took_from: tuple[str, ...] = ()  # jobs that shrank while this one grew
+    gave_to: tuple[str, ...] = ()  # jobs that grew while this one shrank
+
+    @property
+    def kind(self) -> str:
+        a, b = len(self.before), len(self.after)
+        if not a and b:
+            return "started"
+        if a and not b:
+            return "stopped"
+        if b > a:
+            return "grew"
+        if b < a:
+            return "shrank"
+        return "moved" if a else "queued"
+
+    @property
+    def message(self) -> str:
+        """One line for ``adl describe``: ``grew 2 -> 4: speedup 1.80 -> 3.10, 2 GPUs free``."""
+        a, b = len(self.before), len(self.after)
+        kind = self.kind
+        if kind == "queued":
+            return "waiting: " + (
+                f"{self.free_gpus} GPUs free, too few for its minimum"
+                if self.free_gpus
+                else "no GPUs free"
+            )
+        sizes = f"{kind} {a} -> {b}"
+        if kind == "started":
+            sizes = f"started with {b} replica{'s' if b != 1 else ''}"
+            if len(node_slots(list(self.after))) > 1:
+                sizes += f" on {len(node_slots(list(self.after)))} nodes"
+        elif kind == "moved":
+            sizes = f"moved {a} replicas to other nodes"
+        parts = [sizes]
+        if kind != "stopped" and self.speedup_after is not None:
+            if self.speedup_before is not None and kind != "moved":
+                parts.append(f"speedup {self.speedup_before:.2f} -> {self.speedup_after:.2f}")
+            else:
+                parts.append(f"speedup {self.speedup_after:.2f}")
+        if not self.reported and kind in ("started", "grew"):
+            parts.append("waiting for its first report (linear scaling assumed)")
+        if self.took_from:
+            parts.append("GPUs from " + ", ".join(self.took_from))
+        elif kind in ("started", "grew") and self.free_gpus:
+            parts.append(f"{self.free_gpus} GPUs free")
+        if self.gave_to:
+            parts.append("GPUs to " + ", ".join(self.gave_to))
+        if self.priority:
+            parts.append(f"priority {self.priority}")
+        head, *rest = parts
+        return head + (": " + ", ".join(rest) if rest else "")
+
+
+def _speedup(info: JobInfo | None, nodes: Sequence[str]) -> float | None:
+    if info is None or not nodes:
+        return None
+    value = float(info.speedup(len(node_slots(list(nodes))), len(nodes)))
+    return value if value == value else None  # NaN: no figure rather than a wrong one
+
+
+def explain(
+    changed: Mapping[str, list[str]],
+    previous: Mapping[str, list[str]],
+    infos: Mapping[str, JobInfo],
+    free_gpus: int,
+    reported: Mapping[str, bool],
+    *,
+    limit: int = 3,
+) -> dict[str, Decision]:
+    """A ``Decision`` for every job in ``changed`` (its new answer) against ``previous`` (what
+    it held). Jobs that gave GPUs back because they finished or were suspended (absent from
+    ``infos``) are left out: their own phase says why."""
+    grew = [k for k, v in changed.items() if len(v) > len(previous.get(k, []))]
+    shrank = [k for k, v in changed.items() if len(v) < len(previous.get(k, []))]
+    out: dict[str, Decision] = {}
+    for key, after in changed.items():
+        info = infos.get(key)
+        if info is None:
+            continue
+        before = previous.get(key, [])
+        bigger = len(after) > len(before)
+        smaller = len(after) < len(before)
+        out[key] = Decision(
+            job=key,
+            before=tuple(before),
+            after=tuple(after),
+            speedup_before=_speedup(info, before),
+            speedup_after=_speedup(info, after),
+            free_gpus=free_gpus,
+            priority=info.priority,
+            reported=reported.get(key, True),
+            # only when the free GPUs were not enough: else nobody gave anything up for it
+            took_from=tuple(k for k in shrank if k != key)[:limit]
+            if bigger and len(after) - len(before) > free_gpus
+            else (),
+            gave_to=tuple(k for k in grew if k != key)[:limit] if smaller else (),
+        )
+    return out

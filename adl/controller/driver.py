@@ -1,0 +1,114 @@
+"""The one control loop every backend runs: step a job, run a scheduling round.
+
+``Driver.step_job`` observes a job's workers, steps the pure lifecycle and executes its actions
+in order (``SetStatus`` first); ``Driver.run_round`` reads every job and node, adds the service
+each running job attained since the last round, asks the policy for an allocation with speedup
+tables kept warm across rounds, records the changed answers and says why each changed. The
+backends (``adl.local``, ``adl.operator``) supply only the primitives of
+``adl.controller.backend.WorkerBackend`` and decide *when* to call these two.
+
+Service accrues in the round, not in the job step, because the round is the one thing both
+backends run periodically (the operator reconciles a job only when something about it changes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
+from adl.controller.backend import WorkerBackend
+from adl.controller.decisions import REASON
+from adl.controller.lifecycle import Timing, step
+from adl.controller.rounds import (
+    JobRecord,
+    RoundLog,
+    RoundResult,
+    SpeedupCache,
+    accrue_service,
+    run_round,
+)
+from adl.sched.types import Policy
+
+log = logging.getLogger("adl.controller")
+
+
+def execute(backend: WorkerBackend, job: JobRecord, actions: Sequence[Action]) -> None:
+    """Carry out the lifecycle's actions with the backend's primitives, in order."""
+    for action in actions:
+        if isinstance(action, SetStatus):
+            backend.set_status(job, action.status)
+        elif isinstance(action, CreateGroup):
+            backend.create_group(job, action)
+        elif isinstance(action, DeleteGroup):
+            backend.delete_group(job, action)
+        elif isinstance(action, EmitEvent):
+            backend.emit_event(job.key, action)
+
+
+class Driver:
+    """The shared loop of one backend: its policy, timing, speedup tables and round log."""
+
+    def __init__(
+        self,
+        backend: WorkerBackend,
+        policy: Policy,
+        timing: Timing | None = None,
+        *,
+        on_round: Callable[[RoundResult], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backend = backend
+        self.policy = policy
+        self.timing = timing or Timing()
+        self.speedups = SpeedupCache()
+        self.rounds = RoundLog()
+        self.on_round = on_round  # e.g. the round-latency histogram
+        self._clock = clock
+        self._accrued_at: dict[str, float] = {}
+
+    def step_job(self, job: JobRecord, now: datetime) -> list[Action]:
+        """One lifecycle step of ``job``, executed; returns the actions taken."""
+        observed = self.backend.observe(job)
+        actions = step(job.key, job.spec, job.status, observed, job.desired, now, self.timing)
+        execute(self.backend, job, actions)
+        return actions
+
+    def run_round(self, now: datetime) -> RoundResult:
+        """One scheduling round over everything the backend holds."""
+        jobs = self._accrue(list(self.backend.round_jobs()))
+        nodes = list(self.backend.round_nodes())
+        result = run_round(self.policy, jobs, nodes, now, self.speedups)
+        self.rounds.add(result)
+        if self.on_round is not None:
+            self.on_round(result)
+        if result.changed:
+            self.backend.set_desired(result.changed)
+        for decision in result.decisions.values():
+            log.info("%s: %s", decision.job, decision.message)
+            self.backend.emit_event(decision.job, EmitEvent("Normal", REASON, decision.message))
+        return result
+
+    def _accrue(self, jobs: list[JobRecord]) -> list[JobRecord]:
+        """``jobs`` with the GPU-time each ran since the previous round added (least attained
+        service needs it); the new totals are persisted. A job seen for the first time (or
+        after a restart of the backend) starts its clock now."""
+        now = self._clock()
+        out, service = [], {}
+        for job in jobs:
+            since = self._accrued_at.get(job.key)
+            self._accrued_at[job.key] = now
+            if since is not None:
+                status = accrue_service(job.status, job.spec.gpus_per_replica, now - since)
+                if status.attained_service_s != job.status.attained_service_s:
+                    service[job.key] = status.attained_service_s
+                    job = replace(job, status=status)
+            out.append(job)
+        seen = {j.key for j in jobs}
+        self._accrued_at = {k: v for k, v in self._accrued_at.items() if k in seen}
+        if service:
+            self.backend.record_service(service)
+        return out

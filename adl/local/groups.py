@@ -1,0 +1,348 @@
+"""The local workers: one shim process group per worker group, with its files under the job's
+directory (plan, pid file, stop marker, result, per-rank logs), which survive a daemon restart.
+
+``WorkerGroups`` is the process side of the local backend: it observes groups from their files,
+launches a group (its shim, or the job's warm shim when one is ready), stops one (SIGTERM, then
+SIGKILL once its stop deadline passes) and adopts or stops what a previous daemon left running.
+The daemon decides *what* to do (``adl.controller``); this module only does it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from adl.controller.actions import CreateGroup
+from adl.controller.env import WorkerSite
+from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
+from adl.local import processes as P
+from adl.local.gpus import gpu_ids
+from adl.local.store import GroupRecord, JobRecord, Store
+
+if TYPE_CHECKING:
+    from adl.local.daemon import Settings
+
+log = logging.getLogger("adl.local")
+
+#: Seconds after a group's launch before the job's next warm shim starts (so its imports do not
+#: compete with the new group's start).
+WARM_DELAY_S = 2.0
+
+
+class WorkerGroups:
+    """Every job's worker groups on this machine (``jobs``: the daemon's view of the jobs)."""
+
+    def __init__(self, settings: Settings, store: Store, jobs: Mapping[str, JobRecord]) -> None:
+        self.s = settings
+        self.home = settings.home
+        self.store = store
+        self.jobs = jobs
+        self.capacity = settings.gpus or settings.slots
+        self.api_url = ""
+        self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self._warm: dict[str, tuple[P.GroupProcess, subprocess.Popen[bytes]]] = {}
+        self._warm_after: dict[str, float] = {}
+        #: (job, group) -> (replicas, why) for groups whose launch failed: failed starts
+        self._unstarted: dict[tuple[str, int], tuple[int, str]] = {}
+
+    def forget(self, key: str) -> None:
+        """Drop what is kept in memory about a purged job."""
+        for unstarted in [k for k in self._unstarted if k[0] == key]:
+            del self._unstarted[unstarted]
+        self._warm_after.pop(key, None)
+
+    def warm_due(self, rec: JobRecord) -> bool:
+        """Whether a running elastic job should get its next warm shim now."""
+        return rec.key not in self._warm and time.monotonic() >= self._warm_after.get(rec.key, 0.0)
+
+    def close(self) -> None:
+        """At daemon exit: idle warm shims are not workers (nothing to adopt); reap children.
+        Running groups are left alone: the next daemon adopts them."""
+        for key in list(self._warm):
+            if key in self.jobs:
+                self.drop_warm(self.jobs[key])
+        for proc in self._children.values():
+            with contextlib.suppress(Exception):
+                proc.poll()
+
+    def paths(self, rec: JobRecord) -> P.GroupPaths:
+        return P.GroupPaths.for_job(self.home, rec.namespace, rec.name)
+
+    def recover(self) -> None:
+        """After a restart: stop every live group that is not the current one of an unfinished
+        job (orphans of a resize the previous daemon did not finish), before launching
+        anything. The current group of a running job is adopted as it is."""
+        for rec in self.jobs.values():
+            paths = self.paths(rec)
+            P.drop_warm(paths)  # a warm shim nobody handed a plan to yet: not a group
+            known = {g.group for g in self.store.groups(rec.key)}
+            for g in paths.recorded_groups():
+                proc = P.read_pidfile(paths.pidfile(g))
+                if proc is None or paths.result(g).exists() or not P.group_alive(proc):
+                    continue
+                if g not in known:
+                    self._restore_group_row(rec, g, proc)
+                current = g == rec.status.group and not rec.status.phase.finished
+                if not current or rec.deleted:
+                    log.info("stopping orphan group %d of %s", g, rec.key)
+                    self.stop_group(rec, g, rec.spec.termination_grace_period_seconds)
+
+    def _restore_group_row(self, rec: JobRecord, group: int, proc: P.GroupProcess) -> None:
+        """Record a live group the previous daemon launched but was killed before recording:
+        the slot gate and the SIGKILL escalation know groups only from the table."""
+        plan_path = self.paths(rec).plan(group)
+        ranks = (P.read_json(plan_path) or {}).get("ranks", [])
+        env = ranks[0].get("env", {}) if ranks else {}
+        ids = gpu_ids(self.s.gpus)
+        given = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if self.s.gpus else []
+        log.info("recording group %d of %s, launched by the previous daemon", group, rec.key)
+        self.store.add_group(
+            GroupRecord(
+                rec.key,
+                group,
+                len(ranks),
+                proc.pid,
+                proc.start_ticks,
+                int(env.get("ADL_MASTER_PORT") or 0) or None,
+                [ids.index(d) for d in given if d in ids],
+                started=plan_path.stat().st_mtime if plan_path.exists() else time.time(),
+            )
+        )
+
+    def observe(self, rec: JobRecord) -> ObservedWorkers:
+        """Every replica of every recorded group, from the shims' files."""
+        paths = self.paths(rec)
+        out: list[ReplicaState] = []
+        for g in paths.recorded_groups():
+            child = self._children.get((rec.key, g))
+            if child is not None and child.poll() is not None:
+                del self._children[(rec.key, g)]
+            result = P.read_result(paths.result(g))
+            n = self._group_size(rec, g)
+            if result is not None:
+                codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
+                for rank, code in enumerate(codes):
+                    bad = code not in (0, 143)
+                    msg = self._failure_text(paths, g, rank, code) if bad else ""
+                    out.append(ReplicaState.exited(g, rank, code, msg))
+                self._record_end(rec, g, codes, float(result.get("ended", time.time())))
+                continue
+            proc = P.read_pidfile(paths.pidfile(g))
+            terminating = paths.pidfile(g).with_suffix(".stop").exists()
+            alive = proc is not None and P.group_alive(proc)
+            if not alive and paths.result(g).exists():
+                continue  # it finished between the two reads; the next tick sees the result
+            if alive:
+                out += [
+                    ReplicaState(g, r, ReplicaPhase.RUNNING, terminating=terminating)
+                    for r in range(n)
+                ]
+            else:  # the shim died without a record (SIGKILL): its ranks count as killed
+                codes = [-9] * n
+                out += [ReplicaState.exited(g, r, -9, f"group {g} was killed") for r in range(n)]
+                self._record_end(rec, g, codes, time.time())
+                P.write_result_if_missing(paths.result(g), codes)
+        for (key, g), (n, why) in self._unstarted.items():
+            if key == rec.key:
+                failed = ReplicaPhase.FAILED
+                out += [
+                    ReplicaState(g, r, failed, False, None, "StartFailed", why) for r in range(n)
+                ]
+        return ObservedWorkers(tuple(out))
+
+    @staticmethod
+    def _failure_text(paths: P.GroupPaths, group: int, rank: int, code: int) -> str:
+        """Why a rank failed, for ``adl describe``: its exit and the last line it printed in
+        this group (none: just the exit)."""
+        what = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        tail = P.group_last_line(paths.log(rank), group, rank)
+        return f"rank {rank} {what}" + (f": {tail}" if tail else "")
+
+    def _group_size(self, rec: JobRecord, group: int) -> int:
+        plan = P.read_json(self.paths(rec).plan(group))
+        return len(plan.get("ranks", [])) if plan else 0
+
+    def _record_end(self, rec: JobRecord, group: int, codes: list[int], ended: float) -> None:
+        self.store.end_group(rec.key, group, codes, ended)
+
+    def live_slots(self, exclude: str | None = None) -> tuple[int, set[int]]:
+        """(slots held by live groups of other jobs, their device indices)."""
+        used, devices = 0, set()
+        for g in self.store.groups(live_only=True):
+            if g.key == exclude:
+                continue
+            rec = self.jobs.get(g.key)
+            if rec is None:
+                continue
+            proc = P.GroupProcess(g.pid or 0, g.start_ticks or 0)
+            if g.pid and P.group_alive(proc):
+                used += g.replicas
+                devices.update(g.devices)
+        return used, devices
+
+    def launch(self, rec: JobRecord, action: CreateGroup) -> bool:
+        """Start the group unless its slots are still held by another job's group (then the
+        next tick retries: the lifecycle re-issues CreateGroup for missing replicas). A group
+        whose files cannot be written is observed as a failed start from then on."""
+        paths = self.paths(rec)
+        if paths.pidfile(action.group).exists():
+            return True  # already launched (a re-issued create after a restart)
+        need = len(action.allocation)
+        used, taken = self.live_slots(exclude=rec.key)
+        if used + need > self.capacity:
+            return False
+        devices = [d for d in range(self.s.gpus) if d not in taken][:need] if self.s.gpus else []
+        try:
+            proc, child, port = self._spawn(rec, action, devices)
+        except OSError as err:  # its files cannot be written (disk full, a path taken)
+            why = f"group {action.group} could not start: {err}"
+            log.warning("%s: %s", rec.key, why)
+            self._unstarted[(rec.key, action.group)] = (need, why)
+            return False
+        if child is not None:
+            self._children[(rec.key, action.group)] = child
+        # the standing warm shim for the next resize waits until this group is under way
+        self._warm_after[rec.key] = time.monotonic() + WARM_DELAY_S
+        self.store.add_group(
+            GroupRecord(
+                rec.key,
+                action.group,
+                need,
+                proc.pid,
+                proc.start_ticks,
+                port,
+                devices,
+                started=time.time(),
+            )
+        )
+        return True
+
+    def _spawn(
+        self, rec: JobRecord, action: CreateGroup, devices: list[int]
+    ) -> tuple[P.GroupProcess, subprocess.Popen[bytes] | None, int]:
+        """Write the group's files and start its shim (or hand the plan to the warm one):
+        the shim, the Popen to reap it, the rendezvous port."""
+        paths = self.paths(rec)
+        need = len(action.allocation)
+        paths.checkpoint.mkdir(parents=True, exist_ok=True)
+        if not paths.token.exists():
+            paths.token.write_text(rec.token)
+            paths.token.chmod(0o600)
+        port = P.free_port()
+        site = WorkerSite(
+            master_addr="127.0.0.1",
+            master_port=port,
+            checkpoint_dir=str(paths.checkpoint),
+            api_url=self.api_url,
+            token_file=str(paths.token) if self.api_url else "",
+        )
+        trainer = rec.spec.trainer
+        argv = [*(trainer.get("command") or []), *(trainer.get("args") or [])]
+        base = self._base_env(trainer)
+        if devices:
+            ids = gpu_ids(self.s.gpus)
+            base["CUDA_VISIBLE_DEVICES"] = ",".join(ids[d] for d in devices)
+        ranks = [
+            {"rank": r, "argv": argv, "env": {**base, **action.env(r, site)}} for r in range(need)
+        ]
+        grace = float(rec.spec.termination_grace_period_seconds)
+        warm = self._warm.pop(rec.key, None)
+        try:
+            proc, child = P.launch(
+                paths,
+                action.group,
+                ranks,
+                grace_s=grace,
+                cwd=trainer.get("workingDir"),
+                warm=warm[0] if warm is not None else None,
+            )
+        except OSError:
+            if warm is not None:  # not handed this plan: it can still serve the next group
+                self._warm[rec.key] = warm
+            raise
+        if child is None and warm is not None:
+            child = warm[1]  # the warm shim became this group's shim
+        return proc, child, port
+
+    def prewarm(self, rec: JobRecord) -> None:
+        """Start the job's next shim now, importing torch while the old group checkpoints."""
+        from adl.local.warm import script_of
+
+        if not self.s.prewarm or self.s.gpus or rec.key in self._warm:
+            # with GPUs, forking after torch is loaded risks a CUDA state the ranks cannot
+            # re-initialize: GPU groups start cold
+            return
+        trainer = rec.spec.trainer
+        argv = [*(trainer.get("command") or []), *(trainer.get("args") or [])]
+        env, cwd = self._base_env(trainer), trainer.get("workingDir")
+        if script_of(argv, env.get("PATH", os.defpath), cwd) is None:
+            return
+        try:
+            self._warm[rec.key] = P.prewarm(self.paths(rec), env, cwd)
+        except OSError as err:
+            log.warning("no warm start for %s: %s", rec.key, err)
+
+    def drop_warm(self, rec: JobRecord) -> None:
+        warm = self._warm.pop(rec.key, None)
+        if warm is not None:
+            P.drop_warm(self.paths(rec), warm[0])
+            with contextlib.suppress(Exception):
+                warm[1].wait(timeout=5)
+
+    def _base_env(self, trainer: dict[str, Any]) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ADL_")}
+        # `python` in a job is the interpreter adl runs under (the one that has adl and torch;
+        # what a warm shim forks into anyway), as if its environment were activated
+        bindir = os.path.dirname(sys.executable)
+        path = env.get("PATH", "")
+        if bindir and path.split(os.pathsep)[0] != bindir:
+            env["PATH"] = os.pathsep.join([bindir, path]) if path else bindir
+        for item in trainer.get("env") or []:
+            if isinstance(item, dict) and "name" in item:
+                env[str(item["name"])] = str(item.get("value", ""))
+        if not self.s.gpus and "OMP_NUM_THREADS" not in env:
+            cpus = os.cpu_count() or 1
+            env["OMP_NUM_THREADS"] = str(max(cpus // max(self.capacity, 1), 1))
+        return env
+
+    def stop_group(self, rec: JobRecord, group: int, grace_s: float) -> None:
+        """SIGTERM the group once; the stop marker remembers it across daemon restarts."""
+        paths = self.paths(rec)
+        proc = P.read_pidfile(paths.pidfile(group))
+        marker = paths.pidfile(group).with_suffix(".stop")
+        if proc is None:
+            return
+        if not marker.exists():
+            marker.write_text(f"{time.time() + grace_s + self.s.kill_margin_s}\n")
+            P.signal_group(proc.pid, signal.SIGTERM)
+
+    def escalate(self) -> None:
+        """SIGKILL groups still alive past their stop deadline."""
+        now = time.time()
+        for g in self.store.groups(live_only=True):
+            rec = self.jobs.get(g.key)
+            if rec is None or not g.pid:
+                continue
+            marker = self.paths(rec).pidfile(g.group).with_suffix(".stop")
+            try:
+                deadline = float(marker.read_text())
+            except (OSError, ValueError):
+                continue
+            if now > deadline and P.group_alive(P.GroupProcess(g.pid, g.start_ticks or 0)):
+                P.signal_group(g.pid, signal.SIGKILL)
+
+    def reap(self) -> None:
+        """Collect exited shims we launched (no zombies, even for purged jobs)."""
+        for key, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[key]
+        for job, (_, warm) in list(self._warm.items()):
+            if warm.poll() is not None:  # it timed out or was killed
+                del self._warm[job]
