@@ -10,7 +10,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
-from adl.cli.backend import Backend, BackendError
+from adl.cli.console import fail
+from adl.jobs_api import Backend, BackendError
 
 
 class BackendKind(StrEnum):
@@ -67,3 +68,15 @@ def get_backend(name: str | None = None, **options: Any) -> Backend:
     except ImportError as err:
         raise BackendError(f"the Kubernetes backend is not available: {err}") from None
     return cast(Backend, KubernetesBackend(**options))
+
+
+def open_backend(name: str | None) -> Backend:
+    """The backend a command was asked for; a bad choice ends the command with one line."""
+    try:
+        resolve_kind(name)
+    except BackendError as err:  # a typo in --backend / $ADL_BACKEND is a usage error
+        raise fail(str(err), 2) from None
+    try:
+        return get_backend(name)
+    except BackendError as err:
+        raise fail(str(err)) from None

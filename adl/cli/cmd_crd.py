@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Print the AdaptiveJob CustomResourceDefinition (or write it with --output)."""
-        from adl.cli.cmd_jobs import fail
+        from adl.cli.console import fail
         from adl.cli.options import check_output_path, write_output
         from adl.operator.crd import crd_yaml
 

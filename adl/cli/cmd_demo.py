@@ -129,8 +129,9 @@ def run_demo(
     from rich.console import Console
     from rich.live import Live
 
-    from adl.cli.backend import BackendError
-    from adl.cli.cmd_jobs import jobs_table, spec_from_command
+    from adl.cli.render import jobs_table
+    from adl.cli.submit import spec_from_command
+    from adl.jobs_api import BackendError
     from adl.local.client import LocalBackend, kill_workers, start_daemon, stop_daemon
 
     console = Console()
@@ -195,7 +196,7 @@ def stop_demo_jobs(backend: LocalBackend, console: Any, wait_s: float = 15.0) ->
     until the daemon has stopped their workers, at most ``wait_s`` (what is left then is
     killed after the daemon stopped). Workers outlive the daemon by design, so stopping only
     the daemon would leave them running in a home nobody comes back to."""
-    from adl.cli.backend import BackendError
+    from adl.jobs_api import BackendError
     from adl.local.client import daemon_pid
 
     try:
@@ -234,9 +235,9 @@ def register(app: typer.Typer) -> None:
         """Run three elastic jobs on a local 4-slot daemon and show how they were resized."""
         from rich.console import Console
 
-        from adl.cli.backend import BackendError
-        from adl.cli.cmd_jobs import fail
+        from adl.cli.console import fail
         from adl.cli.options import check_output_path, write_output
+        from adl.jobs_api import BackendError
 
         if json_path is not None:
             try:

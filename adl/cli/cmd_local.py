@@ -35,8 +35,8 @@ def register(app: typer.Typer) -> None:
         policy_knob: PolicyKnobOpt = None,
     ) -> None:
         """Start the daemon in the background (no-op when one is running)."""
-        from adl.cli.backend import BackendError
-        from adl.cli.cmd_jobs import fail
+        from adl.cli.console import fail
+        from adl.jobs_api import BackendError
         from adl.local.client import daemon_pid, save_settings, start_daemon
         from adl.local.store import default_home
         from adl.sched.policy_knobs import parse_knobs
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
     @local.command()
     def status(home: HomeOpt = None) -> None:
         """Whether the daemon runs, its API address and slots, and job counts by phase."""
-        from adl.cli.cmd_jobs import fail
+        from adl.cli.console import fail
         from adl.local.client import DB_NAME, daemon_pid, saved_settings
         from adl.local.store import StateUnreadable, Store, default_home
 

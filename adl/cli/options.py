@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+BackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="local or k8s (default: local unless a kube context is configured; $ADL_BACKEND)",
+    ),
+]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="namespace of the job")]
+
+
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+OutputOpt = Annotated[
+    Output, typer.Option("--output", "-o", help="table for people, json for scripts")
+]
 
 #: ``--policy-knob NAME=VALUE``: an adl policy constant (:mod:`adl.sched.policy_knobs`)
 PolicyKnobOpt = Annotated[

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from adl.cli.backend import BackendError, JobView
+from adl.jobs_api import BackendError, JobView
 from adl.local.processes import GroupPaths, last_line
 from adl.local.shim import write_atomic
 from adl.local.store import (
@@ -193,7 +193,8 @@ def view(rec: JobRecord, events: bool = False, store: Store | None = None) -> Jo
 
 
 class LocalBackend:
-    """:class:`adl.cli.backend.Backend` over the local daemon's state directory."""
+    """:class:`adl.jobs_api.Backend` over the local daemon's state directory. Its capabilities
+    (:mod:`adl.jobs_api`): ReportsStaleness, RunsOwnController, IgnoresSettings."""
 
     def __init__(
         self, home: Path | str | None = None, *, autostart: bool = True, slots: int | None = None
@@ -311,6 +312,10 @@ class LocalBackend:
 
     def daemon_running(self) -> bool:
         return daemon_pid(self.home) is not None
+
+    def ignored_settings(self) -> frozenset[str]:
+        # the command runs on this machine's file system: no image, no checkpoint volume
+        return frozenset({"image", "checkpoint"})
 
     def stale_note(self, views: Iterable[JobView]) -> str | None:
         """What to tell the reader of ``views`` when no daemon runs: nothing updates the

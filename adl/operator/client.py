@@ -16,7 +16,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from adl.cli.backend import BackendError, JobView
+from adl.jobs_api import BackendError, JobView
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
 from adl.operator import pods as P
 from adl.operator.crd import API_VERSION, GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 import numpy as np
@@ -20,6 +21,15 @@ def linear_speedup(num_nodes: ArrayLike, num_replicas: ArrayLike) -> NDArray[np.
     """Optimistic prior used before a job has reported anything."""
     del num_nodes
     return np.asarray(num_replicas, dtype=np.float64)
+
+
+class JobMode(StrEnum):
+    """How a job chooses its batch size and replica count; a policy's ``job_mode`` attribute
+    says which its jobs use (adaptive unless it says otherwise: the baselines do)."""
+
+    ADAPTIVE = "adaptive"  # batch re-picked for goodput; any replica count the policy gives
+    FIXED_BATCH = "fixed_batch"  # the workload's batch size; replica count from the policy
+    FIXED = "fixed"  # the workload's batch size and replica count (all or nothing)
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def release() -> Iterator[str]:
 
 
 def test_example_job_runs_to_completion(release: str) -> None:
-    from adl.cli.backend import BackendError
+    from adl.jobs_api import BackendError
     from adl.models import AdaptiveJobSpec
     from adl.operator.client import KubernetesBackend
 

@@ -13,7 +13,7 @@ from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock fixtures)
 from operator_harness import objects
 
-from adl.cli.backend import BackendError
+from adl.jobs_api import BackendError
 from adl.models import AdaptiveJobSpec
 from adl.operator.client import KubernetesBackend
 from adl.operator.store import MERGE, api_client
@@ -96,7 +96,7 @@ class FakeLogs:
 
 
 def test_logs_pick_the_pod_of_the_replica(monkeypatch: pytest.MonkeyPatch) -> None:
-    from adl.cli.backend import JobView
+    from adl.jobs_api import JobView
     from adl.models import AdaptiveJobStatus
 
     backend = KubernetesBackend.__new__(KubernetesBackend)

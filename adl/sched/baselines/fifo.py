@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from adl.sched.baselines.placement import free_gpus, place_most_free
-from adl.sched.sim.job import JobMode
-from adl.sched.types import Allocation, JobInfo, NodeInfo
+from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
 
 
 class FifoPolicy:

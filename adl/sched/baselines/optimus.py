@@ -12,11 +12,19 @@ the others are placed greedily on the nodes with the most free GPUs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from adl.sched.baselines.placement import free_gpus, place_most_free
-from adl.sched.sim.job import JobMode
-from adl.sched.sim.simulator import SimulatorOracle
-from adl.sched.types import Allocation, JobInfo, NodeInfo
+from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
+
+
+class StepOracle(Protocol):
+    """The trace knowledge Optimus+Oracle needs (the simulator's ``SimulatorOracle`` has it):
+    a Protocol, so that the baseline does not import the simulator."""
+
+    def step_time(self, name: str, replicas: int) -> float: ...
+
+    def remaining_steps(self, name: str) -> float: ...
 
 
 class OptimusOraclePolicy:
@@ -26,10 +34,10 @@ class OptimusOraclePolicy:
 
     def __init__(self, seed: int = 0) -> None:
         del seed  # deterministic
-        self.oracle: SimulatorOracle | None = None
+        self.oracle: StepOracle | None = None
         self._step_cache: dict[tuple[str, int], float] = {}
 
-    def bind_oracle(self, oracle: SimulatorOracle) -> None:
+    def bind_oracle(self, oracle: StepOracle) -> None:
         self.oracle = oracle
         self._step_cache.clear()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from adl.sched.goodput import (
     BatchBounds,
@@ -26,7 +25,7 @@ from adl.sched.sim.traces import AppTrace
 from adl.sched.sim.truth import TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob
 from adl.sched.speedup import SpeedupFunction
-from adl.sched.types import JobInfo, SpeedupFn, linear_speedup
+from adl.sched.types import JobInfo, JobMode, SpeedupFn, linear_speedup
 
 #: seconds of no progress after every (re)start, the first start included
 RESTART_DELAY_S = 30
@@ -34,14 +33,6 @@ RESTART_DELAY_S = 30
 MAX_REPLICAS = 64
 #: applications whose adaptive runs keep a fixed batch on a single GPU (traces README)
 FIXED_ADAPTIVE_BATCH: dict[str, int] = {"ncf": 32768}
-
-
-class JobMode(StrEnum):
-    """How a job chooses its batch size and replica count."""
-
-    ADAPTIVE = "adaptive"  # batch re-picked for goodput; any replica count the policy gives
-    FIXED_BATCH = "fixed_batch"  # the workload's batch size; replica count from the policy
-    FIXED = "fixed"  # the workload's batch size and replica count (all or nothing)
 
 
 @dataclass(eq=False)

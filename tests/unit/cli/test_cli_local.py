@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from adl.cli.backend import BackendError
 from adl.cli.backends import BackendKind, get_backend, resolve_kind
 from adl.cli.main import app
+from adl.jobs_api import BackendError
 from adl.local.client import LocalBackend, daemon_pid
 from adl.local.shim import proc_start_ticks
 

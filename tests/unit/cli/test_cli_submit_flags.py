@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from adl.cli.cmd_jobs import manifest, spec_from_command
+from adl.cli.submit import manifest, spec_from_command
 from adl.local.client import in_submitting_directory
 from adl.operator.client import preflight
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from local_kit import counter_spec
 
-from adl.cli.backend import BackendError
+from adl.jobs_api import BackendError
 
 
 def test_a_job_that_can_never_fit_is_refused_at_submit(daemon_factory, backend) -> None:

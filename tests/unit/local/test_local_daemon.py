@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from local_kit import FixedPolicy, counter_spec, wait_for
 
-from adl.cli.cmd_jobs import describe_text
+from adl.cli.render import describe_text
 from adl.local.client import LocalBackend, daemon_pid
 from adl.models import Phase, RestartCause
 

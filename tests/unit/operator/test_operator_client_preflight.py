@@ -89,7 +89,7 @@ def test_unreachable_cluster_is_one_clear_error() -> None:
     import pytest
     from kubernetes import client
 
-    from adl.cli.backend import BackendError
+    from adl.jobs_api import BackendError
     from adl.operator.client import KubernetesBackend
 
     with socket.socket() as s:  # a port nobody listens on (bound, never listening)
