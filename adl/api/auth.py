@@ -5,6 +5,7 @@ job's hints. 401: no token, or one that belongs to no job. 403: another job's to
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable
@@ -18,6 +19,11 @@ TOKEN_BYTES = 32
 def generate_token() -> str:
     """A fresh URL-safe token (256 bits of entropy)."""
     return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_digest(token: str) -> str:
+    """What a job's object keeps of its token (Kubernetes: an annotation) instead of the token."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def find_owner(

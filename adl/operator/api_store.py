@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from adl.api.auth import find_owner
+from adl.api.auth import find_owner, token_digest
 from adl.api.store import JobSnapshot, UnknownJob
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, GroupInfo, Hints
 from adl.operator import pods as P
@@ -64,7 +63,7 @@ class OperatorApiStore:
         return body
 
     async def token_owner(self, token: str, job: str) -> str | None:
-        digest = hashlib.sha256(token.encode()).hexdigest()
+        digest = token_digest(token)
         with contextlib.suppress(UnknownJob):  # the common case: one GET, no list
             if find_owner([(job, _token_hash(await self._job(job)))], digest) == job:
                 return job
@@ -129,9 +128,11 @@ async def serve(
     namespaces: list[str] | None = None,
     stop: asyncio.Event | None = None,
     started: asyncio.Event | None = None,
+    metrics: Any = None,
 ) -> None:
     """Serve the API on ``port`` in the running loop (next to kopf) until ``stop`` is set;
-    ``started`` is set once it listens.
+    ``started`` is set once it listens. ``metrics``: the ``AdlMetrics`` the operator's rounds
+    also write to (a fresh set when None).
 
     kopf owns SIGTERM/SIGINT in the operator process: uvicorn's own signal capture would
     replace kopf's handler (or be replaced by it), leaving one of the two running forever
@@ -140,7 +141,6 @@ async def serve(
 
     from adl.api.app import create_app
     from adl.api.metrics import AdlMetrics
-    from adl.operator import handlers
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -156,8 +156,7 @@ async def serve(
             # polled by uvicorn's main loop: no extra task, which kopf would cancel
             return (stop is not None and stop.is_set()) or await super().on_tick(counter)
 
-    metrics = AdlMetrics()
-    handlers.configure(metrics=metrics)
+    metrics = metrics if metrics is not None else AdlMetrics()
     app = create_app(OperatorApiStore(KubeStore(), namespaces), metrics=metrics)
     config = uvicorn.Config(app, host="0.0.0.0", port=port, log_level="info")
     if stop is None:  # alone in its process: uvicorn's usual signal handling

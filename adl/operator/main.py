@@ -14,16 +14,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from adl.sched.types import Policy
 
 log = logging.getLogger("adl.operator")
 
-#: The API service: (port, namespaces, stop, started) -> coroutine serving it until ``stop``
-#: is set, setting ``started`` once it listens (``adl.operator.api_store.serve``).
-ApiServer = Callable[[int, list[str], asyncio.Event, asyncio.Event], Awaitable[None]]
+#: The API service: (port, namespaces, stop, started, metrics) -> coroutine serving it until
+#: ``stop`` is set, setting ``started`` once it listens (``adl.operator.api_store.serve``).
+ApiServer = Callable[[int, list[str], asyncio.Event, asyncio.Event, Any], Awaitable[None]]
 
 
 @dataclass
@@ -102,15 +102,16 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
 
 def policy_factory(knobs: Mapping[str, float]) -> Callable[[], Policy]:
     """A factory of the adl policy with these constants (one fresh policy per operator run)."""
-    frozen = dict(knobs)
+    from adl.sched.registry import policy_factory as factory
 
-    def make() -> Policy:
-        from adl.sched.policy import AdlPolicy
+    return factory("adl", knobs=knobs)
 
-        policy: Policy = AdlPolicy(seed=0, **frozen)
-        return policy
 
-    return make
+def _metrics() -> Any:
+    """The metrics the API serves and the rounds write (the API package is optional)."""
+    from adl.api.metrics import AdlMetrics
+
+    return AdlMetrics()
 
 
 def _api_server() -> ApiServer | None:
@@ -134,25 +135,29 @@ def peering_priority(started_at: float) -> int:
 async def run(opts: Options) -> None:
     import kopf
 
-    from adl.operator import handlers
+    from adl.operator.backend import OperatorConfig
 
-    handlers.configure(
+    api = _api_server()
+    metrics = _metrics() if api is not None else None
+    config = OperatorConfig(
         api_url=opts.api_url,
         round_interval_s=opts.round_interval,
         gpu_resource=opts.gpu_resource,
-        node_selector=opts.node_selector,
-        namespaces=opts.namespaces,
+        node_selector=dict(opts.node_selector),
+        namespaces=tuple(opts.namespaces),
         policy_factory=policy_factory(opts.policy_knobs),
+        metrics=metrics,
     )
+    import adl.operator.handlers  # noqa: F401  (registers the handlers with kopf)
+
     if opts.policy_knobs:
         log.info("adl policy knobs: %s", opts.policy_knobs)
     stop, started = asyncio.Event(), asyncio.Event()
-    api = _api_server()
     api_task: asyncio.Task[None] | None = None
     if api is not None:
         # Started (lifespan included) before kopf: kopf cancels every task that appears
         # while it runs, but leaves the ones that existed before it.
-        api_task = asyncio.ensure_future(api(opts.port, opts.namespaces, stop, started))
+        api_task = asyncio.ensure_future(api(opts.port, opts.namespaces, stop, started, metrics))
         ready = asyncio.ensure_future(started.wait())
         await asyncio.wait({api_task, ready}, return_when=asyncio.FIRST_COMPLETED)
         ready.cancel()
@@ -170,6 +175,7 @@ async def run(opts: Options) -> None:
             peering_name=opts.peering,
             priority=opts.priority if opts.priority is not None else peering_priority(time.time()),
             liveness_endpoint=f"http://0.0.0.0:{opts.health_port}/healthz",
+            memo=kopf.Memo(config=config),  # the handlers' runtime holds it: no global
         )
     finally:
         stop.set()

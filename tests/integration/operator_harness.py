@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +35,10 @@ class Emulator(kmock.KubernetesEmulator):
             meta = request.data.setdefault("metadata", {})
             if request.namespace:
                 meta.setdefault("namespace", request.namespace)
+            if "name" not in meta and meta.get("generateName"):
+                # as a real API server does (kopf names its Events this way); without it a
+                # second Event of the process is refused as already existing
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("resourceVersion", "1")
             meta.setdefault("generation", 1)
@@ -93,15 +98,20 @@ async def k8s(kmock: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.fixture
-def policy(monkeypatch: pytest.MonkeyPatch) -> ScriptedPolicy:
+def policy(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> ScriptedPolicy:
+    """The scripted policy, in the config the operator starts with (a test sets other fields
+    with ``@pytest.mark.operator_config(name=value, ...)``: the config is fixed at start-up)."""
     scripted = ScriptedPolicy()
-    for key, value in {
+    marker = request.node.get_closest_marker("operator_config")
+    fields: dict[str, Any] = {
         "policy_factory": lambda: scripted,
         "round_interval_s": 0.3,
         "api_url": "http://adl-api.test:8080",
-        "namespaces": [],
-    }.items():
-        monkeypatch.setattr(handlers.CONFIG, key, value)
+        "namespaces": (),
+    }
+    fields.update(marker.kwargs if marker is not None else {})
+    config = replace(handlers.DEFAULT_CONFIG, **fields)
+    monkeypatch.setattr(handlers, "DEFAULT_CONFIG", config)
     return scripted
 
 

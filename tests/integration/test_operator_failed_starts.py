@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from operator_harness import *  # noqa: F403
 from operator_harness import Operator, ScriptedPolicy, eventually, objects
 from test_operator_lifecycle import KEY, image_pull_backoff, job_body, status, submit
+
+from adl.controller.lifecycle import Timing
 
 
 def pod_requests(k8s: Any) -> list[tuple[int, str, str]]:
@@ -24,13 +27,11 @@ def pod_requests(k8s: Any) -> list[tuple[int, str, str]]:
     return out
 
 
+@pytest.mark.operator_config(timing=Timing(backoff_base_s=0.5))
 async def test_a_pod_stuck_pulling_its_image_is_deleted_before_the_next_group(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
 ) -> None:
-    from adl.controller.lifecycle import Timing
-    from adl.operator import handlers
 
-    monkeypatch.setattr(handlers.CONFIG, "timing", Timing(backoff_base_s=0.5))
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body(maxRestarts=1))
     await eventually(lambda: "train-g1-0" in objects(k8s, "pods"), what="g1-0")

@@ -12,7 +12,7 @@ from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
 from operator_harness import Operator, ScriptedPolicy, eventually, objects
 
-from adl.operator import handlers
+from adl.controller.lifecycle import Timing
 from adl.operator.store import MERGE, api_client
 
 NS = "default"
@@ -196,13 +196,11 @@ async def test_allocation_change_restarts_at_next_group(
     assert deletes[0].params.get("gracePeriodSeconds") == "60"
 
 
+@pytest.mark.operator_config(timing=Timing(backoff_base_s=1.0))
 async def test_failure_backs_off_then_fails_past_max_restarts(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
 ) -> None:
-    from adl.controller.lifecycle import Timing
-    from adl.operator import handlers
 
-    monkeypatch.setattr(handlers.CONFIG, "timing", Timing(backoff_base_s=1.0))
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body(maxRestarts=1))
     await run_group(k8s, {"train-g1-0"})
@@ -339,15 +337,12 @@ async def test_transitions_post_events_and_set_conditions(
     await eventually(lambda: "Succeeded" in reasons(), what="Succeeded event")
 
 
+@pytest.mark.operator_config(timing=Timing(pending_timeout_s=1.5), starting_recheck_s=0.2)
 async def test_unschedulable_pod_is_a_reason_then_a_failure(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
 ) -> None:
     """A pod stuck Pending sends no more events; the job must still fail with the reason."""
-    from adl.controller.lifecycle import Timing
-    from adl.operator import handlers
 
-    monkeypatch.setattr(handlers.CONFIG, "timing", Timing(pending_timeout_s=1.5))
-    monkeypatch.setattr(handlers.CONFIG, "starting_recheck_s", 0.2)
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body(maxRestarts=0))
     await eventually(lambda: alive(k8s) == {"train-g1-0"})
@@ -477,6 +472,7 @@ async def queue_behind_a_running_job(k8s: Any, policy: ScriptedPolicy) -> None:
 
 
 @pytest.mark.parametrize("how", ["finishes", "is suspended", "is deleted"])
+@pytest.mark.operator_config(round_interval_s=3600.0)
 async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
     k8s: Any,
     policy: ScriptedPolicy,
@@ -486,7 +482,6 @@ async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
 ) -> None:
     """A job's finish, suspension or deletion runs a round: a queued job gets the GPUs without
     waiting for the round interval (an hour here, so only that round can start it)."""
-    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
     await queue_behind_a_running_job(k8s, policy)
     policy.answer = {f"{NS}/queued": ["node-a"]}
     calls = policy.calls
@@ -506,12 +501,12 @@ async def test_a_job_that_gives_its_gpus_back_hands_them_out_at_once(
         assert KEY not in policy.rounds[-1]
 
 
+@pytest.mark.operator_config(round_interval_s=3600.0)
 async def test_a_resumed_job_is_answered_at_once(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Resuming runs a round before the job's next group: it need not wait for the round
     interval (an hour here), and it starts on that round's answer."""
-    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body())
     await run_group(k8s, {"train-g1-0"})
@@ -526,12 +521,12 @@ async def test_a_resumed_job_is_answered_at_once(
     assert allocation_annotation(k8s, "train") == '["node-b"]'
 
 
+@pytest.mark.operator_config(round_interval_s=3600.0)
 async def test_a_spec_change_runs_a_round_at_once(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A waiting job's new bounds may let it in: the round need not wait for the interval
     (an hour here)."""
-    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
     await queue_behind_a_running_job(k8s, policy)
     policy.answer = {KEY: ["node-a"], f"{NS}/queued": ["node-b"]}
     await patch_spec("queued", maxReplicas=2)
@@ -539,10 +534,10 @@ async def test_a_spec_change_runs_a_round_at_once(
     assert set(pods) == {"queued-g1-0"}
 
 
+@pytest.mark.operator_config(round_interval_s=3600.0)
 async def test_a_job_submitted_suspended_forces_no_round(
     k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
     await queue_behind_a_running_job(k8s, policy)  # a round ran: the interval starts now
     calls = policy.calls
     await submit(job_body("held", suspend=True))

@@ -8,6 +8,7 @@ kmock records each request; the operator's own calls are told apart by their use
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,11 @@ async def test_operator_calls_match_rendered_rbac(
                 "kopfpeerings",
                 {**peering, "metadata": {"name": "adl", "namespace": ns}},
             )
-        monkeypatch.setattr(handlers.CONFIG, "namespaces", sorted(role_namespaces))
+        monkeypatch.setattr(
+            handlers,
+            "DEFAULT_CONFIG",
+            replace(handlers.DEFAULT_CONFIG, namespaces=sorted(role_namespaces)),
+        )
         operator = Operator("--peering=adl", "--priority=100", namespaces=sorted(role_namespaces))
     else:
         await asyncio.to_thread(

@@ -6,6 +6,7 @@ is still optimizing)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,7 +47,9 @@ async def submit(name: str, namespace: str = "default") -> None:
 async def test_namespaced_operator_runs_only_its_namespaces(
     k8s: Any, policy: ScriptedPolicy, monkeypatch: Any
 ) -> None:
-    monkeypatch.setattr(handlers.CONFIG, "namespaces", ["team-a"])
+    monkeypatch.setattr(
+        handlers, "DEFAULT_CONFIG", replace(handlers.DEFAULT_CONFIG, namespaces=["team-a"])
+    )
     policy.answer = {"team-a/mine": ["node-a"], "team-b/other": ["node-b"]}
     op = Operator(namespaces=["team-a"])
     await op.start()

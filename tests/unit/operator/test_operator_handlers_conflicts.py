@@ -7,6 +7,7 @@ from typing import Any
 
 from operator_kit import MemoryCluster
 
+from adl.operator import backend as kube_backend
 from adl.operator import handlers
 
 
@@ -36,7 +37,7 @@ class FakeStore(MemoryCluster):
 
 
 async def test_a_conflicting_write_is_decided_again_from_a_fresh_read(monkeypatch: Any) -> None:
-    monkeypatch.setattr(handlers, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     store = FakeStore()
     rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]
     await handlers.reconcile_job(rt, "ns", "j")
@@ -48,7 +49,7 @@ async def test_a_conflicting_write_is_decided_again_from_a_fresh_read(monkeypatc
 
 
 async def test_repeated_conflicts_give_up_without_acting(monkeypatch: Any) -> None:
-    monkeypatch.setattr(handlers, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     store = FakeStore()
     store.concurrent_writes = 100
     rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from typing import Any
 
 from operator_kit import MemoryCluster
 
+from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator import pods as P
 
@@ -50,7 +51,7 @@ def owner(obj: dict[str, Any] | None) -> str:
 
 async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go(monkeypatch: Any) -> None:
     cluster = Cluster()
-    monkeypatch.setattr(handlers, "_event", lambda body, t, reason, m: cluster.said(reason, m))
+    monkeypatch.setattr(kube_backend, "_event", lambda body, t, reason, m: cluster.said(reason, m))
     cluster.leftovers_of_the_old_job()
     rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]
     await handlers._reconcile_job(rt, "ns", "j")
@@ -90,7 +91,7 @@ async def test_the_old_jobs_children_are_waited_for_even_when_the_pod_is_gone(
     monkeypatch: Any,
 ) -> None:
     cluster = Cluster()
-    monkeypatch.setattr(handlers, "_event", lambda body, t, reason, m: cluster.said(reason, m))
+    monkeypatch.setattr(kube_backend, "_event", lambda body, t, reason, m: cluster.said(reason, m))
     cluster.leftovers_of_the_old_job()
     cluster.collect_garbage(("Pod",))
     rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from operator_kit import MemoryCluster
 
+from adl.operator import backend as kube_backend
 from adl.operator import handlers
 
 
@@ -36,7 +37,7 @@ class QuotaStore(MemoryCluster):
 async def test_a_refused_pod_is_a_failed_start_and_the_job_fails_past_its_budget(
     monkeypatch: Any,
 ) -> None:
-    monkeypatch.setattr(handlers, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     store = QuotaStore(quota=1)
     rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]
     t0 = datetime.now(UTC)
@@ -58,7 +59,7 @@ async def test_a_refused_pod_is_a_failed_start_and_the_job_fails_past_its_budget
 
 
 async def test_a_server_error_is_retried_not_counted(monkeypatch: Any) -> None:
-    monkeypatch.setattr(handlers, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     store = QuotaStore(quota=1, status=503)
     rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]
     try:
@@ -74,7 +75,7 @@ async def test_a_server_error_is_retried_not_counted(monkeypatch: Any) -> None:
 async def test_a_pod_that_cannot_be_built_is_a_failed_start(monkeypatch: Any) -> None:
     """An image without a command is a valid spec (one replica per pod runs the entrypoint),
     but a pod holding two replicas needs the command for the launcher."""
-    monkeypatch.setattr(handlers, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     store = QuotaStore(quota=10)
     store.job["spec"]["template"] = {"spec": {"containers": [{"name": "t", "image": "i"}]}}
     store.job["metadata"]["annotations"]["adl.dev/allocation"] = '["n1", "n1"]'

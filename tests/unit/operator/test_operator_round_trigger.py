@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
 
+from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator.handlers import Runtime, round_soon, run_round
 from adl.operator.store import KubeStore
@@ -37,8 +39,11 @@ class NoPolicy:
 
 @pytest.fixture
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime:
-    monkeypatch.setattr(handlers.CONFIG, "round_interval_s", 3600.0)
-    monkeypatch.setattr(handlers.CONFIG, "namespaces", [])
+    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)  # no kopf context here
+    monkeypatch.setattr(
+        handlers, "DEFAULT_CONFIG", replace(handlers.DEFAULT_CONFIG, round_interval_s=3600.0)
+    )
+    monkeypatch.setattr(handlers, "DEFAULT_CONFIG", replace(handlers.DEFAULT_CONFIG, namespaces=[]))
     rt = Runtime(cast(KubeStore, EmptyCluster()), NoPolicy())
     rt.rounds.last = time.monotonic()  # a round just ran
     return rt

@@ -1,0 +1,297 @@
+"""The Kubernetes implementation of ``adl.controller.backend.WorkerBackend``: workers are pods,
+the state store is the AdaptiveJob objects (status subresource, the scheduler's answer in an
+annotation), events are Kubernetes Events.
+
+The methods are synchronous (the kubernetes client is): the handlers run the shared driver in a
+worker thread. A job's step happens under that job's lock, and ``begin``/``end`` bracket it with
+what the reconcile read (the object, its pods), which the actions need: the resourceVersion
+a status write must match, the pods a group delete removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from adl.api.auth import token_digest
+from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.lifecycle import ObservedWorkers, Timing
+from adl.controller.rounds import JobRecord
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
+from adl.operator import pods as P
+from adl.operator.observe import PodPhase, PodState, classify_all, observed_workers, pod_indices
+from adl.operator.scheduling import job_records, nodes_from_objects
+from adl.operator.store import KubeStore
+from adl.sched import registry
+from adl.sched.types import NodeInfo, Policy
+
+log = logging.getLogger("adl.operator")
+
+#: answers to a pod create that no retry will change: invalid (400, 422) or forbidden (403:
+#: a ResourceQuota, an admission webhook, RBAC)
+REFUSED_STATUSES = (400, 403, 422)
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Settings of one operator process, fixed for its run (``python -m adl.operator`` passes
+    them to kopf in the memo; the runtime holds them)."""
+
+    api_url: str = "http://adl.adl-system.svc:8080"
+    round_interval_s: float = 30.0
+    gpu_resource: str = P.GPU_RESOURCE
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    namespaces: Sequence[str] = ()  # empty: all namespaces
+    policy_factory: Callable[[], Policy] = field(default_factory=registry.policy_factory)
+    metrics: Any = None  # adl.api.metrics.AdlMetrics of the API served beside the operator
+    timing: Timing = field(default_factory=Timing)
+    #: how often a Starting job is re-read without any event: a pod stuck Pending (e.g.
+    #: Unschedulable) sends no further events, yet must fail once the pending timeout passes
+    starting_recheck_s: float = 10.0
+
+
+class Refused(Exception):
+    """A pod of the group was refused; the reconcile starts over to act on it."""
+
+
+class Leftovers(Exception):
+    """A child object of the job's name belongs to a deleted job of the same name."""
+
+
+def _event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    kopf.event(cast(Any, body), type=type_, reason=reason, message=message[:1000])
+
+
+def status_patch(status: AdaptiveJobStatus) -> dict[str, Any]:
+    """The merge patch that sets ``status``. Explicit nulls clear fields that became unset;
+    ``hints`` is left out because the API service owns it."""
+    body: dict[str, Any] = status.model_dump(mode="json", by_alias=True, exclude={"hints"})
+    return body
+
+
+def _owned_elsewhere(job: P.JobRef, obj: Mapping[str, Any]) -> bool:
+    """Owned by another AdaptiveJob (a deleted one of the same name), not by ``job``."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
+    return bool(uids) and job.uid not in uids
+
+
+def _require_own(job: P.JobRef, obj: Mapping[str, Any] | None, kind: str) -> None:
+    """Refuse to use a child of a deleted namespace-mate of the same name: the garbage
+    collector is about to delete it (it would vanish from under the new job), and its token
+    is not the new job's to inherit."""
+    if obj is not None and _owned_elsewhere(job, obj):
+        name = (obj.get("metadata") or {}).get("name", "")
+        raise Leftovers(
+            f"{kind} {name} still belongs to a deleted job of the same name; "
+            "the pods start once Kubernetes has removed it"
+        )
+
+
+def split_pods(job: P.JobRef, pods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The job's pods, and the names of those of a deleted job of the same name (same labels,
+    another owner; still saving their checkpoint): no group may start beside them."""
+    own = [p for p in pods if not _owned_elsewhere(job, p)]
+    foreign = [str(p["metadata"].get("name", "")) for p in pods if _owned_elsewhere(job, p)]
+    return own, foreign
+
+
+def refused_pod(job: P.JobRef, group: int, index: int, exc: Exception) -> PodState | None:
+    """The failed start a refused pod create stands for; None for errors worth retrying."""
+    if isinstance(exc, ApiException):
+        if exc.status not in REFUSED_STATUSES:
+            return None
+        detail = exc.reason or ""
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            detail = json.loads(str(exc.body)).get("message") or detail
+        reason, message = "PodRejected", f"the cluster refused pod {index}: {detail}"
+    else:
+        reason, message = "InvalidPod", f"pod {index} cannot be built: {exc}"
+    name = P.pod_name(job.name, group, index)
+    return PodState(name, group, index, PodPhase.FAILED, reason=reason, message=message)
+
+
+@dataclass
+class StepContext:
+    """What one reconcile of a job read: the object, and (once observed) its pods."""
+
+    body: dict[str, Any]
+    spec: AdaptiveJobSpec
+    pods: list[PodState] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+
+
+class KubeBackend:
+    """Pods and AdaptiveJob objects through one ``KubeStore``."""
+
+    def __init__(self, store: KubeStore, config: OperatorConfig) -> None:
+        self.store = store
+        self.config = config
+        self.steps: dict[str, StepContext] = {}
+        #: job key -> the pod of its current group that the cluster refused to create, seen by
+        #: the controller as a failed start (kept in memory: after an operator restart the
+        #: create is simply tried, and refused, once more)
+        self.refused: dict[str, PodState] = {}
+        self._listed: dict[str, dict[str, Any]] = {}  # the last round's objects, for its events
+
+    # ---- one job's step
+    def begin(self, key: str, body: dict[str, Any], spec: AdaptiveJobSpec) -> None:
+        self.steps[key] = StepContext(body, spec)
+
+    def end(self, key: str) -> StepContext:
+        return self.steps.pop(key)
+
+    def observe(self, job: JobRecord) -> ObservedWorkers:
+        ctx = self.steps[job.key]
+        ref = P.JobRef.from_body(ctx.body)
+        raw = self.store.list_pods(ref.namespace, P.job_selector(ref.name))
+        own, ctx.foreign = split_pods(ref, raw)
+        ctx.pods = self._with_refused(job.key, job.status.group, classify_all(own))
+        return observed_workers(ctx.pods, job.status.group, job.status.allocation)
+
+    def _with_refused(self, key: str, group: int, pods: list[PodState]) -> list[PodState]:
+        """``pods`` plus the current group's refused pod, if any (older groups' forgotten)."""
+        refused = self.refused.get(key)
+        if refused is None:
+            return pods
+        if refused.group != group:
+            del self.refused[key]
+            return pods
+        if any(p.group == group and p.index == refused.index for p in pods):
+            return pods
+        return [*pods, refused]
+
+    def set_status(self, job: JobRecord, status: AdaptiveJobStatus) -> None:
+        ctx = self.steps[job.key]
+        ref = P.JobRef.from_body(ctx.body)
+        rv = ctx.body["metadata"].get("resourceVersion")
+        self.store.patch_job_status(ref.namespace, ref.name, status_patch(status), rv)
+
+    def create_group(self, job: JobRecord, action: CreateGroup) -> None:
+        ctx = self.steps[job.key]
+        if ctx.foreign:
+            raise Leftovers(
+                f"pod {ctx.foreign[0]} of a deleted job of the same name is still stopping"
+            )
+        ref = P.JobRef.from_body(ctx.body)
+        self._ensure_resources(ref, ctx)
+        alloc = list(action.allocation)
+        slots = P.node_slots(alloc)
+        for index in pod_indices(alloc, action.ranks):
+            node, count = slots[index]
+            env = P.worker_env(ref, action.group, alloc, index, self.config.api_url)
+            try:
+                manifest = P.build_pod(
+                    ref,
+                    ctx.spec,
+                    group=action.group,
+                    index=index,
+                    node=node,
+                    replicas=count,
+                    env=env,
+                    resource=self.config.gpu_resource,
+                )
+                self.store.create(manifest)
+            except (ValueError, ApiException) as exc:
+                refused = refused_pod(ref, action.group, index, exc)
+                if refused is None:
+                    raise
+                self.refused[job.key] = refused
+                raise Refused from exc
+
+    def _ensure_resources(self, job: P.JobRef, ctx: StepContext) -> None:
+        store = self.store
+        if not store.create(P.build_service(job)):
+            _require_own(job, store.get_service(job.namespace, P.service_name(job.name)), "Service")
+        # The Secret holds the token; the job carries only its hash, which the API checks.
+        secret = store.get_secret(job.namespace, P.token_secret_name(job.name))
+        _require_own(job, secret, "Secret")
+        token = P.token_from_secret(secret) if secret is not None else None
+        if token is None:
+            token = secrets.token_urlsafe(32)
+            store.create(P.build_token_secret(job, token))
+        digest = token_digest(token)
+        annotations = (ctx.body.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(P.ANNOTATION_TOKEN_HASH) != digest:
+            store.patch_job_annotations(job.namespace, job.name, {P.ANNOTATION_TOKEN_HASH: digest})
+        pvc = P.build_pvc(job, ctx.spec)
+        claim = P.checkpoint_claim(job, ctx.spec)
+        existing = store.get_pvc(job.namespace, claim)
+        if pvc is not None:
+            _require_own(job, existing, "PersistentVolumeClaim")
+        if pvc is not None and existing is None:
+            store.create(pvc)
+        elif pvc is None and existing is None:
+            _event(
+                ctx.body,
+                "Warning",
+                "CheckpointClaimNotFound",
+                f"PersistentVolumeClaim {claim} not found",
+            )
+
+    def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
+        ctx = self.steps[job.key]
+        ref = P.JobRef.from_body(ctx.body)
+        for pod in ctx.pods:
+            if pod.group == action.group and not pod.deleting:
+                self.store.delete_pod(ref.namespace, pod.name, action.grace_s)
+
+    def emit_event(self, job: str, event: EmitEvent) -> None:
+        ctx = self.steps.get(job)
+        body = ctx.body if ctx is not None else self._listed.get(job)
+        if body is not None:
+            _event(body, event.type, event.reason, event.message)
+
+    # ---- the round
+    def round_jobs(self) -> list[JobRecord]:
+        if self.config.namespaces:
+            bodies = []
+            for ns in self.config.namespaces:
+                bodies += self.store.list_jobs(ns)
+        else:
+            bodies = self.store.list_jobs(None)
+        records = job_records(bodies)
+        self._listed = {
+            f"{b['metadata'].get('namespace', '')}/{b['metadata']['name']}": b for b in bodies
+        }
+        return records
+
+    def round_nodes(self) -> list[NodeInfo]:
+        return nodes_from_objects(
+            self.store.list_nodes(),
+            self.store.list_all_pods(),
+            resource=self.config.gpu_resource,
+            selector=self.config.node_selector,
+        )
+
+    def set_desired(self, changed: Mapping[str, list[str]]) -> None:
+        for key, alloc in changed.items():
+            ns, name = key.split("/", 1)
+            answer = {P.ANNOTATION_ALLOCATION: json.dumps(alloc)}
+            self._gone_ok(key, self.store.patch_job_annotations, ns, name, answer)
+
+    def record_service(self, service: Mapping[str, float]) -> None:
+        # a merge patch of one field, without a resourceVersion: a reconcile that read the
+        # object before it and writes the whole status then meets a conflict and reads again
+        for key, seconds in service.items():
+            ns, name = key.split("/", 1)
+            patch = {"attainedServiceS": seconds}
+            self._gone_ok(key, self.store.patch_job_status, ns, name, patch, None)
+
+    @staticmethod
+    def _gone_ok(key: str, patch: Callable[..., None], *args: Any) -> None:
+        try:
+            patch(*args)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            # deleted since the round read it: the other jobs still get their answers
+            log.info("round: %s is gone, its answer dropped", key)
