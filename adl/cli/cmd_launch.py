@@ -28,10 +28,20 @@ def register(app: typer.Typer) -> None:
         grace: Annotated[
             float, typer.Option("--grace", min=0, help="seconds before SIGKILL")
         ] = 30.0,
+        log_dir: Annotated[
+            str | None,
+            typer.Option("--log-dir", help="write rank N's output to LOG_DIR/rankN.log"),
+        ] = None,
+        tee: Annotated[
+            bool, typer.Option("--tee", help="with --log-dir: also print the output")
+        ] = False,
     ) -> None:
-        """Start N local worker processes with the adl worker environment.
+        """Start N local worker processes with the adl worker environment (the ADL_* variables
+        and torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 
-        Exits with the worst worker exit code (143 when preempted)."""
+        Output is printed with a [rankN]: prefix, or with --log-dir written to LOG_DIR/rankN.log
+        (--tee: both). A worker that fails or stops makes the others stop. Exits with the first
+        failure's code, else 143 when the workers were stopped (preempted), else 0."""
         from adl.client_lib.launch import Launcher
 
         cmd = [a for a in ctx.args]
@@ -39,6 +49,8 @@ def register(app: typer.Typer) -> None:
             cmd = cmd[1:]
         if not cmd:
             raise typer.BadParameter("give the command after --")
+        if tee and log_dir is None:
+            raise typer.BadParameter("--tee needs --log-dir")
         if node_rank >= nnodes:
             raise typer.BadParameter(
                 f"--node-rank {node_rank} with --nnodes {nnodes}: ranks are 0..{nnodes - 1}"
@@ -53,5 +65,7 @@ def register(app: typer.Typer) -> None:
             checkpoint_dir=checkpoint_dir,
             job=job,
             grace_s=grace,
+            log_dir=log_dir,
+            tee=tee,
         ).run()
         raise typer.Exit(code)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from adl.contract import CLEAN_EXITS
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.env import WorkerSite
 from adl.controller.lifecycle import (
@@ -337,7 +338,7 @@ class Daemon:
             if result is not None:
                 codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
                 for rank, code in enumerate(codes):
-                    bad = code not in (0, 143)
+                    bad = code not in CLEAN_EXITS
                     msg = self._failure_text(paths, g, rank, code) if bad else ""
                     out.append(ReplicaState.exited(g, rank, code, msg))
                 self._record_end(rec, g, codes, float(result.get("ended", time.time())))
