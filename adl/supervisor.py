@@ -27,7 +27,11 @@ The rules:
 
 Output: each rank's stdout and stderr go to its own log file (appended, without a pipe, so the
 ranks outlive the supervisor: the shim relies on that), or to the supervisor's own stdout and
-stderr with every line prefixed ``[rankN]: ``, or both (``tee``).
+stderr, or both (``tee``). On the supervisor's streams every line is prefixed ``[rankN]: ``
+when ``prefix`` is set, by default when stdout is a terminal: a program reading the output
+through a pipe gets the workers' lines as they wrote them. Prefixed or teed output passes
+through a pipe, line by line, and the ranks get ``PYTHONUNBUFFERED=1`` (unless set) so their
+lines show as printed; otherwise the ranks write to the streams directly.
 """
 
 from __future__ import annotations
@@ -125,8 +129,10 @@ class Supervisor:
 
     ranks: Sequence[RankSpec]
     grace_s: float = DEFAULT_GRACE_S
-    #: copy output to the supervisor's stdout/stderr with a rank prefix (besides any log file)
+    #: copy output to the supervisor's stdout/stderr (besides any log file)
     to_terminal: bool = True
+    #: prefix those lines with ``[rankN]: ``; None: when stdout is a terminal
+    prefix: bool | None = None
     spawn: Spawner | None = None
     #: where the prefixed output goes (default: sys.stdout / sys.stderr at the time of writing)
     out: IO[str] | None = None
@@ -232,12 +238,15 @@ class Supervisor:
             if forked is not None:
                 return forked
         env = dict(spec.env)
-        if self.to_terminal:
+        piped = self.to_terminal and (self._prefixing() or spec.log is not None)
+        if piped:
             # through a pipe Python would buffer a rank's output in blocks: show lines as printed
             env.setdefault("PYTHONUNBUFFERED", "1")
         log = open(spec.log, "ab") if spec.log is not None else None  # noqa: SIM115
         try:
-            target: int | IO[bytes] | None = subprocess.PIPE if self.to_terminal else log
+            target: int | IO[bytes] | None = subprocess.PIPE if piped else log
+            if not self.to_terminal and log is None:
+                target = subprocess.DEVNULL
             proc = subprocess.Popen(
                 list(spec.argv),
                 env=env,
@@ -251,11 +260,11 @@ class Supervisor:
                 log.close()
             raise
         if log is not None:
-            if self.to_terminal:
+            if piped:
                 self._logs.append(log)  # the copiers write to it
             else:
                 log.close()  # the child has its own descriptor
-        if self.to_terminal:
+        if piped:
             assert proc.stdout is not None and proc.stderr is not None
             for pipe, is_err in ((proc.stdout, False), (proc.stderr, True)):
                 copier = threading.Thread(
@@ -293,9 +302,17 @@ class Supervisor:
 
     # ------------------------------------------------------------------------- output
 
+    def _prefixing(self) -> bool:
+        if self.prefix is not None:
+            return self.prefix
+        try:
+            return (self.out or sys.stdout).isatty()
+        except (AttributeError, ValueError):  # a closed or odd stream: no terminal
+            return False
+
     def _copy(self, rank: int, pipe: IO[bytes], is_err: bool, log: IO[bytes] | None) -> None:
         """Copy a rank's stream line by line: to its log as it is, to our stream prefixed."""
-        prefix = f"[rank{rank}]: "
+        prefix = f"[rank{rank}]: " if self._prefixing() else ""
         try:
             for raw in pipe:
                 if log is not None:

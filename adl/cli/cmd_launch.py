@@ -35,13 +35,21 @@ def register(app: typer.Typer) -> None:
         tee: Annotated[
             bool, typer.Option("--tee", help="with --log-dir: also print the output")
         ] = False,
+        prefix: Annotated[
+            bool | None,
+            typer.Option(
+                "--prefix/--no-prefix",
+                help="start printed lines with [rankN]: (default: when stdout is a terminal)",
+            ),
+        ] = None,
     ) -> None:
         """Start N local worker processes with the adl worker environment (the ADL_* variables
         and torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 
-        Output is printed with a [rankN]: prefix, or with --log-dir written to LOG_DIR/rankN.log
-        (--tee: both). A worker that fails or stops makes the others stop. Exits with the first
-        failure's code, else 143 when the workers were stopped (preempted), else 0."""
+        Output is printed (each line prefixed [rankN]: on a terminal), or with --log-dir written
+        to LOG_DIR/rankN.log (--tee: both). A worker that fails or stops makes the others stop.
+        Exits with the first failure's code, else 143 when the workers were stopped (preempted),
+        else 0."""
         from adl.client_lib.launch import Launcher
 
         cmd = [a for a in ctx.args]
@@ -67,5 +75,6 @@ def register(app: typer.Typer) -> None:
             grace_s=grace,
             log_dir=log_dir,
             tee=tee,
+            prefix=prefix,
         ).run()
         raise typer.Exit(code)

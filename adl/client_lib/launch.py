@@ -5,9 +5,10 @@ a pod gets from the operator, or torchrun gives its workers: the ``ADL_*`` varia
 torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``) and supervises them with :class:`adl.supervisor.Supervisor`, the same rules as
 the local daemon's groups: a rank that fails or stops (143) stops the others, SIGTERM/SIGINT
-are forwarded as SIGTERM, SIGKILL after the grace period. Output goes to the terminal prefixed
-``[rankN]: ``, or to ``LOG_DIR/rankN.log`` (and with ``tee`` to both). Exits with the group's
-code: the first failure's, else 143 when stopped, else 0.
+are forwarded as SIGTERM, SIGKILL after the grace period. Output goes to our stdout/stderr,
+each line prefixed ``[rankN]: `` when that is a terminal (``prefix`` forces it either way), or
+to ``LOG_DIR/rankN.log`` (and with ``tee`` to both). Exits with the group's code: the first
+failure's, else 143 when stopped, else 0.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class Launcher:
         base_env: Mapping[str, str] | None = None,
         log_dir: str | Path | None = None,
         tee: bool = False,
+        prefix: bool | None = None,
     ) -> None:
         if nproc < 1:
             raise ValueError("nproc must be >= 1")
@@ -115,6 +117,7 @@ class Launcher:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.tee = tee
+        self.prefix = prefix
 
     def ranks(self) -> list[RankSpec]:
         """What to start: one spec per local worker, ranked ``node_rank * nproc + local``."""
@@ -143,7 +146,10 @@ class Launcher:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         supervisor = Supervisor(
-            self.ranks(), grace_s=self.grace_s, to_terminal=self.log_dir is None or self.tee
+            self.ranks(),
+            grace_s=self.grace_s,
+            to_terminal=self.log_dir is None or self.tee,
+            prefix=self.prefix,
         )
         outcome = supervisor.run()
         if outcome.start_error:
@@ -166,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, help="seconds before SIGKILL")
     p.add_argument("--log-dir", default=None, help="write rank N's output to LOG_DIR/rankN.log")
     p.add_argument("--tee", action="store_true", help="with --log-dir: print the output too")
+    p.add_argument(
+        "--prefix",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="prefix printed lines with [rankN]: (default: when stdout is a terminal)",
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command and its arguments")
     return p
 
@@ -191,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         grace_s=args.grace,
         log_dir=args.log_dir,
         tee=args.tee,
+        prefix=args.prefix,
     )
     return launcher.run()
 

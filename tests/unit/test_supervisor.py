@@ -145,7 +145,7 @@ def test_sigterm_to_the_supervisor_is_forwarded_to_every_rank(tmp_path: Path) ->
 def test_terminal_output_is_prefixed_by_rank(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     specs = ranks(tmp_path, "exit:0", "exit:0", log=False)
-    outcome = Supervisor(specs, to_terminal=True, out=out, err=err).run()
+    outcome = Supervisor(specs, to_terminal=True, prefix=True, out=out, err=err).run()
     assert outcome.returncodes == [0, 0]
     assert sorted(out.getvalue().splitlines()) == ["[rank0]: out of 0", "[rank1]: out of 1"]
     assert sorted(err.getvalue().splitlines()) == ["[rank0]: err of 0", "[rank1]: err of 1"]
@@ -155,7 +155,8 @@ def test_tee_writes_plain_lines_to_the_log_and_prefixed_ones_to_the_terminal(
     tmp_path: Path,
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
-    outcome = Supervisor(ranks(tmp_path, "exit:0"), to_terminal=True, out=out, err=err).run()
+    sup = Supervisor(ranks(tmp_path, "exit:0"), to_terminal=True, prefix=True, out=out, err=err)
+    outcome = sup.run()
     assert outcome.returncodes == [0]
     assert out.getvalue() == "[rank0]: out of 0\n"
     assert sorted((tmp_path / "rank0.log").read_text().splitlines()) == ["err of 0", "out of 0"]
