@@ -15,9 +15,15 @@ def register(app: typer.Typer) -> None:
     def launch(
         ctx: typer.Context,
         nproc: Annotated[int, typer.Option("--nproc", min=1, help="workers on this node")] = 1,
-        nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="nodes in the job")] = 1,
-        node_rank: Annotated[int, typer.Option("--node-rank", min=0)] = 0,
-        master_addr: Annotated[str, typer.Option("--master-addr")] = "127.0.0.1",
+        nnodes: Annotated[
+            int | None, typer.Option("--nnodes", min=1, help="nodes in the job [default: 1]")
+        ] = None,
+        node_rank: Annotated[
+            int | None, typer.Option("--node-rank", min=0, help="[default: 0]")
+        ] = None,
+        master_addr: Annotated[
+            str | None, typer.Option("--master-addr", help="[default: 127.0.0.1]")
+        ] = None,
         master_port: Annotated[
             int, typer.Option("--master-port", min=0, max=65535, help="0 picks a free port")
         ] = 0,
@@ -59,22 +65,26 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("give the command after --")
         if tee and log_dir is None:
             raise typer.BadParameter("--tee needs --log-dir")
-        if node_rank >= nnodes:
+        if node_rank is not None and node_rank >= (nnodes or 1):
             raise typer.BadParameter(
-                f"--node-rank {node_rank} with --nnodes {nnodes}: ranks are 0..{nnodes - 1}"
+                f"--node-rank {node_rank} with --nnodes {nnodes or 1}: "
+                f"ranks are 0..{(nnodes or 1) - 1}"
             )
-        code = Launcher(
-            cmd,
-            nproc,
-            master_addr=master_addr,
-            master_port=master_port or None,
-            num_nodes=nnodes,
-            node_rank=node_rank,
-            checkpoint_dir=checkpoint_dir,
-            job=job,
-            grace_s=grace,
-            log_dir=log_dir,
-            tee=tee,
-            prefix=prefix,
-        ).run()
-        raise typer.Exit(code)
+        try:
+            launcher = Launcher(
+                cmd,
+                nproc,
+                master_addr=master_addr,
+                master_port=master_port or None,
+                num_nodes=nnodes,
+                node_rank=node_rank,
+                checkpoint_dir=checkpoint_dir,
+                job=job,
+                grace_s=grace,
+                log_dir=log_dir,
+                tee=tee,
+                prefix=prefix,
+            )
+        except ValueError as err:
+            raise typer.BadParameter(str(err)) from err
+        raise typer.Exit(launcher.run())

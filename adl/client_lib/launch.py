@@ -49,12 +49,14 @@ def worker_env(
     master_port: int,
     checkpoint_dir: str | None = None,
     job: str | None = None,
+    node_rank: int | None = None,
 ) -> dict[str, str]:
     """The environment of one worker (pure): ``base`` plus the ``ADL_*`` variables and their
-    torchrun twins."""
+    torchrun twins. ``node_rank`` defaults to ``rank // nproc`` (the same count on every node)."""
     env = dict(base)
     env.update(
         {
+            C.ENV_NODE_RANK: str(rank // nproc if node_rank is None else node_rank),
             C.ENV_RANK: str(rank),
             C.ENV_WORLD_SIZE: str(world_size),
             C.ENV_LOCAL_RANK: str(local_rank),
@@ -81,18 +83,33 @@ def worst(codes: Sequence[int]) -> int:
     return C.EXIT_STOPPED if C.EXIT_STOPPED in codes else C.EXIT_OK
 
 
+def _int(env: Mapping[str, str], key: str) -> int | None:
+    raw = env.get(key)
+    try:
+        return int(raw) if raw else None
+    except ValueError as exc:
+        raise ValueError(f"{key} must be an integer, got {raw!r}") from exc
+
+
 class Launcher:
-    """N local worker processes as one unit."""
+    """N local worker processes as one unit.
+
+    Started where the controller already placed this node (a Kubernetes pod running several
+    replicas gets the environment of its first replica), the options left out come from that
+    environment: the ranks follow on from the pod's ``ADL_RANK`` in a world of
+    ``ADL_WORLD_SIZE``, around ``ADL_MASTER_ADDR:ADL_MASTER_PORT``. Otherwise this machine is
+    node ``node_rank`` of ``num_nodes`` with ``nproc`` ranks each (defaults: a one-node job
+    around a free local port)."""
 
     def __init__(
         self,
         cmd: Sequence[str],
         nproc: int,
         *,
-        master_addr: str = "127.0.0.1",
+        master_addr: str | None = None,
         master_port: int | None = None,
-        num_nodes: int = 1,
-        node_rank: int = 0,
+        num_nodes: int | None = None,
+        node_rank: int | None = None,
         checkpoint_dir: str | None = None,
         job: str | None = None,
         grace_s: float = DEFAULT_GRACE_S,
@@ -107,35 +124,59 @@ class Launcher:
             raise ValueError("no command to launch")
         self.cmd = list(cmd)
         self.nproc = nproc
-        self.master_addr = master_addr
-        self.master_port = master_port or free_port(master_addr)
-        self.num_nodes = num_nodes
-        self.node_rank = node_rank
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        placed = self._placed_node(self.base_env, nproc)
+        if placed is not None and num_nodes is None and node_rank is None:
+            self.first_rank, self.world_size, self.num_nodes, self.node_rank = placed
+        else:
+            self.num_nodes = 1 if num_nodes is None else num_nodes
+            self.node_rank = 0 if node_rank is None else node_rank
+            self.first_rank, self.world_size = self.node_rank * nproc, nproc * self.num_nodes
+        if placed is not None:
+            master_addr = master_addr or self.base_env.get(C.ENV_MASTER_ADDR)
+            master_port = master_port or _int(self.base_env, C.ENV_MASTER_PORT)
+        self.master_addr = master_addr or "127.0.0.1"
+        self.master_port = master_port or free_port(self.master_addr)
         self.checkpoint_dir = checkpoint_dir
         self.job = job
         self.grace_s = grace_s
-        self.base_env = dict(os.environ if base_env is None else base_env)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.tee = tee
         self.prefix = prefix
 
+    @staticmethod
+    def _placed_node(env: Mapping[str, str], nproc: int) -> tuple[int, int, int, int] | None:
+        """(first rank, world size, nodes, node rank) from the environment of this node's first
+        replica, as the controller stamps it; None when there is none."""
+        world, rank = _int(env, C.ENV_WORLD_SIZE), _int(env, C.ENV_RANK)
+        if world is None or rank is None:
+            return None
+        here = _int(env, C.ENV_LOCAL_WORLD_SIZE)
+        if here is not None and here != nproc:
+            raise ValueError(
+                f"--nproc {nproc}, but {C.ENV_LOCAL_WORLD_SIZE} says this node runs {here} replicas"
+            )
+        first = rank - (_int(env, C.ENV_LOCAL_RANK) or 0)
+        nodes = _int(env, C.ENV_NUM_NODES) or 1
+        return first, world, nodes, _int(env, C.ENV_NODE_RANK) or 0
+
     def ranks(self) -> list[RankSpec]:
-        """What to start: one spec per local worker, ranked ``node_rank * nproc + local``."""
-        world = self.nproc * self.num_nodes
+        """What to start: one spec per local worker, ranked from ``first_rank`` on."""
         out = []
         for local_rank in range(self.nproc):
-            rank = self.node_rank * self.nproc + local_rank
+            rank = self.first_rank + local_rank
             env = worker_env(
                 self.base_env,
                 rank=rank,
                 local_rank=local_rank,
                 nproc=self.nproc,
-                world_size=world,
+                world_size=self.world_size,
                 num_nodes=self.num_nodes,
                 master_addr=self.master_addr,
                 master_port=self.master_port,
                 checkpoint_dir=self.checkpoint_dir,
                 job=self.job,
+                node_rank=self.node_rank,
             )
             log = str(self.log_dir / f"rank{rank}.log") if self.log_dir is not None else None
             out.append(RankSpec(rank, self.cmd, env, log=log))
@@ -163,9 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start N local adl workers (like torchrun): launch --nproc N -- cmd ...",
     )
     p.add_argument("--nproc", type=int, default=1, help="worker processes on this node")
-    p.add_argument("--nnodes", type=int, default=1, help="nodes in the job")
-    p.add_argument("--node-rank", type=int, default=0, help="this node's index")
-    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--nnodes", type=int, default=None, help="nodes in the job (default 1)")
+    p.add_argument("--node-rank", type=int, default=None, help="this node's index (default 0)")
+    p.add_argument("--master-addr", default=None, help="default 127.0.0.1")
     p.add_argument("--master-port", type=int, default=0, help="0 picks a free port")
     p.add_argument("--checkpoint-dir", default=None, help="sets ADL_CHECKPOINT_DIR")
     p.add_argument("--job", default=None, help="sets ADL_JOB (namespace/name)")
@@ -191,20 +232,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().error("give the command after --")
     if args.tee and args.log_dir is None:
         build_parser().error("--tee needs --log-dir")
-    launcher = Launcher(
-        cmd,
-        args.nproc,
-        master_addr=args.master_addr,
-        master_port=args.master_port or None,
-        num_nodes=args.nnodes,
-        node_rank=args.node_rank,
-        checkpoint_dir=args.checkpoint_dir,
-        job=args.job,
-        grace_s=args.grace,
-        log_dir=args.log_dir,
-        tee=args.tee,
-        prefix=args.prefix,
-    )
+    try:
+        launcher = Launcher(
+            cmd,
+            args.nproc,
+            master_addr=args.master_addr,
+            master_port=args.master_port or None,
+            num_nodes=args.nnodes,
+            node_rank=args.node_rank,
+            checkpoint_dir=args.checkpoint_dir,
+            job=args.job,
+            grace_s=args.grace,
+            log_dir=args.log_dir,
+            tee=args.tee,
+            prefix=args.prefix,
+        )
+    except ValueError as err:
+        build_parser().error(str(err))
     return launcher.run()
 
 

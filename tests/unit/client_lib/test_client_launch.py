@@ -258,3 +258,22 @@ def test_a_worker_that_stopped_on_its_own_stops_the_others(tmp_path: Path) -> No
     start = time.monotonic()
     assert Launcher([sys.executable, "-c", script], 2, grace_s=30).run() == 143
     assert time.monotonic() - start < 30
+
+
+def test_in_a_pod_the_ranks_come_from_the_pods_environment() -> None:
+    """A Kubernetes pod running several replicas runs ``launch --nproc N``; the controller put
+    the environment of the pod's first replica in it. Each process must get its own place in
+    the whole group (not a world of N on 127.0.0.1, which would split the job in pods)."""
+    from adl.controller.env import WorkerSite
+    from adl.controller.env import worker_env as replica_env
+
+    alloc = ["a", "a", "b", "b", "b"]
+    site = WorkerSite("job-g3-0.job.ns.svc", 29500, "/ckpt")
+    pod_env = {"PATH": "/bin", **replica_env("ns/job", 3, alloc, 2, site)}  # pod 1: ranks 2-4
+    specs = Launcher(["train"], 3, base_env=pod_env).ranks()
+    for local, spec in enumerate(specs):
+        # each process's env is what the controller would give that replica on its own
+        assert spec.rank == 2 + local
+        assert spec.env == {"PATH": "/bin", **replica_env("ns/job", 3, alloc, 2 + local, site)}
+    with pytest.raises(ValueError, match=r"--nproc 2, .* runs 3 replicas"):
+        Launcher(["train"], 2, base_env=pod_env)
