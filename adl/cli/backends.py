@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from adl.cli.console import fail
+from adl.contract import ENV_BACKEND
 from adl.jobs_api import Backend, BackendError
 
 
@@ -45,7 +46,7 @@ def kube_context_configured(environ: Mapping[str, str] | None = None) -> bool:
 
 def resolve_kind(name: str | None, environ: Mapping[str, str] | None = None) -> BackendKind:
     env = os.environ if environ is None else environ
-    chosen = name or env.get("ADL_BACKEND")
+    chosen = name or env.get(ENV_BACKEND)
     if chosen:
         try:
             return BackendKind(chosen.lower())

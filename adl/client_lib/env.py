@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from adl import contract as C
 from adl.client_lib import checkpoint
 from adl.client_lib.context import JobContext, WorkerEnv, get_context, has_context, set_context
 from adl.client_lib.preemption import PreemptionMonitor
@@ -40,23 +41,23 @@ def _path(environ: Mapping[str, str], key: str) -> Path | None:
 def read_worker_env(environ: Mapping[str, str] | None = None) -> WorkerEnv:
     """Parse the ``ADL_*`` variables of the worker contract; all absent means standalone."""
     e = os.environ if environ is None else environ
-    world = _int(e, "ADL_WORLD_SIZE", 1)
-    rank = _int(e, "ADL_RANK", 0)
-    local_world = _int(e, "ADL_LOCAL_WORLD_SIZE", world)
-    local_rank = _int(e, "ADL_LOCAL_RANK", rank % max(local_world, 1))
+    world = _int(e, C.ENV_WORLD_SIZE, 1)
+    rank = _int(e, C.ENV_RANK, 0)
+    local_world = _int(e, C.ENV_LOCAL_WORLD_SIZE, world)
+    local_rank = _int(e, C.ENV_LOCAL_RANK, rank % max(local_world, 1))
     env = WorkerEnv(
-        job=e.get("ADL_JOB") or None,
-        group=_int(e, "ADL_GROUP", 0),
+        job=e.get(C.ENV_JOB) or None,
+        group=_int(e, C.ENV_GROUP, 0),
         rank=rank,
         world_size=world,
         local_rank=local_rank,
         local_world_size=local_world,
-        num_nodes=_int(e, "ADL_NUM_NODES", 1),
-        master_addr=e.get("ADL_MASTER_ADDR") or "127.0.0.1",
-        master_port=_int(e, "ADL_MASTER_PORT", 0) or None,
-        checkpoint_dir=_path(e, "ADL_CHECKPOINT_DIR"),
-        api_url=e.get("ADL_API_URL") or None,
-        token_file=_path(e, "ADL_TOKEN_FILE"),
+        num_nodes=_int(e, C.ENV_NUM_NODES, 1),
+        master_addr=e.get(C.ENV_MASTER_ADDR) or "127.0.0.1",
+        master_port=_int(e, C.ENV_MASTER_PORT, 0) or None,
+        checkpoint_dir=_path(e, C.ENV_CHECKPOINT_DIR),
+        api_url=e.get(C.ENV_API_URL) or None,
+        token_file=_path(e, C.ENV_TOKEN_FILE),
     )
     _validate(env)
     return env
@@ -99,7 +100,7 @@ def init_process_group(
     env = read_worker_env(environ)
     e = os.environ if environ is None else environ
     if timeout_s is None:
-        timeout_s = float(e.get("ADL_DIST_TIMEOUT_S") or _DEFAULT_TIMEOUT_S)
+        timeout_s = float(e.get(C.ENV_DIST_TIMEOUT_S) or _DEFAULT_TIMEOUT_S)
     stop_group: dist.ProcessGroup | None = None
     cpu_group: dist.ProcessGroup | None = None
     if not env.standalone:

@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from adl import contract as C
 from adl.client_lib.context import get_context, has_context
 from adl.client_lib.gns import GradientNoiseEstimator, flat_sq_norm, grouped_sq_norms
 from adl.client_lib.profile import Profile
@@ -67,7 +68,7 @@ def _context() -> Any | None:
 
 
 #: Variables of the worker contract that mean "this process is a worker of an adl job".
-_WORKER_VARS = ("ADL_JOB", "ADL_WORLD_SIZE", "ADL_CHECKPOINT_DIR")
+_WORKER_VARS = (C.ENV_JOB, C.ENV_WORLD_SIZE, C.ENV_CHECKPOINT_DIR)
 
 
 def _joined_context() -> Any | None:
@@ -193,7 +194,7 @@ class AdaptiveDataParallel(nn.Module):
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.num_nodes = int(
-            _ctx_attr(self._ctx, "num_nodes", os.environ.get("ADL_NUM_NODES", "1"))
+            _ctx_attr(self._ctx, "num_nodes", os.environ.get(C.ENV_NUM_NODES, "1"))
         )
         # B0 when given; otherwise the context's, read at the first step: by then the loader
         # that feeds training has claimed it (the first loader built may be a validation one).

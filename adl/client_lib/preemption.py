@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from adl.contract import ENV_GRACE_PERIOD_S, ENV_STOP_FILE, EXIT_STOPPED
+
 if TYPE_CHECKING:
     from adl.client_lib.context import JobContext, WorkerEnv
 
 log = logging.getLogger(__name__)
 
-EXIT_CODE = 143  # 128 + SIGTERM, what Kubernetes and shells expect from a terminated process
+EXIT_CODE = EXIT_STOPPED  # the public name of this module; the value is the contract's
 DEFAULT_GRACE_S = 25.0  # under Kubernetes' default terminationGracePeriodSeconds of 30
 _FILE_POLL_S = 1.0
 
@@ -66,11 +68,11 @@ class PreemptionMonitor:
         cls, env: WorkerEnv, group: Any | None = None, environ: Mapping[str, str] | None = None
     ) -> PreemptionMonitor:
         e = os.environ if environ is None else environ
-        raw = e.get("ADL_STOP_FILE")
+        raw = e.get(ENV_STOP_FILE)
         stop_file = Path(raw) if raw else None
         if stop_file is None and env.checkpoint_dir is not None:
             stop_file = env.checkpoint_dir.parent / "stop"
-        grace = float(e.get("ADL_GRACE_PERIOD_S") or DEFAULT_GRACE_S)
+        grace = float(e.get(ENV_GRACE_PERIOD_S) or DEFAULT_GRACE_S)
         return cls(group=group, grace_s=grace, stop_file=stop_file)
 
     # ------------------------------------------------------------------ local detection

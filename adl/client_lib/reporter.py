@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import tenacity
 
+from adl import contract as C
 from adl.models import GradParamsModel, Hints, PerfParamsModel
 from adl.sched.goodput import BatchBounds, GradParams, PerfParams
 
@@ -130,15 +131,15 @@ class HintsReporter:
         cls, provider: Callable[[], Hints | None], interval_s: float = DEFAULT_INTERVAL_S
     ) -> HintsReporter | None:
         """A reporter for this worker, or None when it is not rank 0 or no API is configured."""
-        api, job = os.environ.get("ADL_API_URL"), os.environ.get("ADL_JOB")
-        if not api or not job or os.environ.get("ADL_RANK", "0") != "0":
+        api, job = os.environ.get(C.ENV_API_URL), os.environ.get(C.ENV_JOB)
+        if not api or not job or os.environ.get(C.ENV_RANK, "0") != "0":
             return None
         try:
             url = hints_url(api, job)
         except ValueError as err:
             log.warning("not reporting hints: %s", err)
             return None
-        return cls(provider, url, os.environ.get("ADL_TOKEN_FILE"), interval_s=interval_s)
+        return cls(provider, url, os.environ.get(C.ENV_TOKEN_FILE), interval_s=interval_s)
 
     # ------------------------------------------------------------------ one report
 

@@ -6,22 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: Every variable a worker may read; nothing else tells a worker its place.
-ENV_VARS = (
-    "ADL_JOB",
-    "ADL_GROUP",
-    "ADL_RANK",
-    "ADL_WORLD_SIZE",
-    "ADL_LOCAL_RANK",
-    "ADL_LOCAL_WORLD_SIZE",
-    "ADL_NUM_NODES",
-    "ADL_NODE_RANK",
-    "ADL_MASTER_ADDR",
-    "ADL_MASTER_PORT",
-    "ADL_CHECKPOINT_DIR",
-    "ADL_API_URL",
-    "ADL_TOKEN_FILE",
-)
+from adl import contract as C
+
+#: Every ADL_* variable a worker may read; nothing else tells a worker its place. The torchrun
+#: names (``C.TORCH_ENV_VARS``) are set beside them with the same values.
+ENV_VARS = C.WORKER_ENV_VARS
 
 
 @dataclass(frozen=True)
@@ -60,28 +49,32 @@ def replica_placement(allocation: Sequence[str]) -> list[tuple[int, int, int]]:
 def worker_env(
     job: str, group: int, allocation: Sequence[str], rank: int, site: WorkerSite
 ) -> dict[str, str]:
-    """The ADL_* variables of replica ``rank`` of ``group``; ``job`` is ``namespace/name``."""
+    """The ADL_* variables of replica ``rank`` of ``group`` (``job`` is ``namespace/name``), and
+    the torchrun ones (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``) with the same values."""
     placement = replica_placement(allocation)
     if not 0 <= rank < len(placement):
         raise ValueError(f"rank {rank} outside a group of {len(placement)} replicas")
     node_rank, local_rank, local_world = placement[rank]
     env = {
-        "ADL_JOB": job,
-        "ADL_GROUP": str(group),
-        "ADL_RANK": str(rank),
-        "ADL_WORLD_SIZE": str(len(placement)),
-        "ADL_LOCAL_RANK": str(local_rank),
-        "ADL_LOCAL_WORLD_SIZE": str(local_world),
-        "ADL_NUM_NODES": str(len(node_slots(allocation))),
-        "ADL_NODE_RANK": str(node_rank),
-        "ADL_MASTER_ADDR": site.master_addr,
-        "ADL_MASTER_PORT": str(site.master_port),
-        "ADL_CHECKPOINT_DIR": site.checkpoint_dir,
+        C.ENV_JOB: job,
+        C.ENV_GROUP: str(group),
+        C.ENV_RANK: str(rank),
+        C.ENV_WORLD_SIZE: str(len(placement)),
+        C.ENV_LOCAL_RANK: str(local_rank),
+        C.ENV_LOCAL_WORLD_SIZE: str(local_world),
+        C.ENV_NUM_NODES: str(len(node_slots(allocation))),
+        C.ENV_NODE_RANK: str(node_rank),
+        C.ENV_MASTER_ADDR: site.master_addr,
+        C.ENV_MASTER_PORT: str(site.master_port),
+        C.ENV_CHECKPOINT_DIR: site.checkpoint_dir,
     }
     if site.api_url:
-        env["ADL_API_URL"] = site.api_url
+        env[C.ENV_API_URL] = site.api_url
     if site.token_file:
-        env["ADL_TOKEN_FILE"] = site.token_file
+        env[C.ENV_TOKEN_FILE] = site.token_file
+    # scripts written for torchrun (and init_method="env://") read these names
+    env.update(C.torch_env(env))
     return env
 
 

@@ -25,12 +25,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from adl.contract import EXIT_STOPPED as EXIT_STOPPED
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.env import node_slots
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, RestartCause
-
-#: Exit code of a worker that checkpointed and stopped on SIGTERM (128 + 15).
-EXIT_STOPPED = 143
 
 #: a replica still present this long after its stop was due is reported (its node may be down)
 STOP_OVERDUE_S = 60.0

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from adl.contract import CLEAN_EXITS, ENV_MASTER_PORT
 from adl.controller.actions import CreateGroup
 from adl.controller.env import WorkerSite
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
@@ -110,7 +111,7 @@ class WorkerGroups:
                 len(ranks),
                 proc.pid,
                 proc.start_ticks,
-                int(env.get("ADL_MASTER_PORT") or 0) or None,
+                int(env.get(ENV_MASTER_PORT) or 0) or None,
                 [ids.index(d) for d in given if d in ids],
                 started=plan_path.stat().st_mtime if plan_path.exists() else time.time(),
             )
@@ -129,7 +130,7 @@ class WorkerGroups:
             if result is not None:
                 codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
                 for rank, code in enumerate(codes):
-                    bad = code not in (0, 143)
+                    bad = code not in CLEAN_EXITS
                     msg = self._failure_text(paths, g, rank, code) if bad else ""
                     out.append(ReplicaState.exited(g, rank, code, msg))
                 self._record_end(rec, g, codes, float(result.get("ended", time.time())))

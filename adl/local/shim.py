@@ -6,26 +6,22 @@ log file, all in the shim's own process group (the daemon starts it with a new s
 daemon is killed, nobody can ``wait()`` for the ranks any more, so the shim records its own pid
 on start and the ranks' exit codes on finish, in files the restarted daemon reads.
 
-Like torchrun, a rank that fails takes the group down (the others would otherwise block in a
-collective): the rest get SIGTERM, then SIGKILL after the grace period. A SIGTERM to the shim
-is forwarded the same way. No torch, no adl imports: it starts in milliseconds.
+The supervision itself (a rank that fails or stops takes the group down, SIGTERM to the shim
+is forwarded, SIGKILL after the grace period) is :mod:`adl.supervisor`'s, the same as
+``adl launch``'s; the shim adds the pid file, the per-rank log headers and the result file.
+No torch, and of adl only standard-library modules: it starts in milliseconds.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-#: Exit code of a worker that checkpointed and stopped on request (128 + SIGTERM).
-STOPPED = 143
-#: Exit code recorded for a rank whose command could not be started (as a shell reports it).
-NOT_STARTED = 127
+from adl.supervisor import DEFAULT_GRACE_S, RankProcess, RankSpec, Supervisor
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -52,88 +48,37 @@ def run(plan: dict[str, Any], fork: bool = False) -> int:
     shim (:mod:`adl.local.warm`), so ranks that run a Python script are forked from it."""
     pid = os.getpid()
     write_atomic(Path(plan["pidfile"]), f"{pid} {proc_start_ticks(pid) or 0}\n")
-    grace = float(plan.get("grace_s", 30.0))
-    stop_deadline: list[float] = []
+    cwd = plan.get("cwd") or None
+    specs = [
+        RankSpec(int(r["rank"]), list(r["argv"]), dict(r["env"]), cwd, str(r["log"]))
+        for r in plan["ranks"]
+    ]
+    spawn = None
+    if fork:
+        from adl.local.warm import fork_rank
 
-    def on_term(signum: int, frame: Any) -> None:
-        del frame
-        if not stop_deadline:
-            stop_deadline.append(time.monotonic() + grace)
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signum)
+        def spawn(spec: RankSpec) -> RankProcess | None:
+            assert spec.log is not None
+            return fork_rank(list(spec.argv), dict(spec.env), spec.cwd, spec.log)
 
-    procs: list[Any] = []  # subprocess.Popen or adl.local.warm.ForkedRank
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    supervisor = Supervisor(
+        specs, grace_s=float(plan.get("grace_s", DEFAULT_GRACE_S)), to_terminal=False, spawn=spawn
+    )
+    supervisor.install_signal_handlers()  # before anything slow: a stop must not be lost
     started = time.time()
-    failure = ""
-    for rank in plan["ranks"]:
-        log_path = Path(rank["log"])
+    for spec in specs:
+        assert spec.log is not None
+        log_path = Path(spec.log)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            log.write(f"=== group {plan.get('group')} rank {rank['rank']} ===\n".encode())
-            log.flush()
-            try:
-                forked = None
-                if fork:
-                    from adl.local.warm import fork_rank
-
-                    cwd = plan.get("cwd") or None
-                    forked = fork_rank(rank["argv"], rank["env"], cwd, str(log_path))
-                procs.append(
-                    forked
-                    or subprocess.Popen(
-                        rank["argv"],
-                        env=rank["env"],
-                        cwd=plan.get("cwd") or None,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                    )
-                )
-            except (OSError, ValueError) as err:
-                # an unstartable command is the rank's failure (exit 127 like a shell), with
-                # the reason in its log, not a crash of the shim that reads as a SIGKILL
-                argv0 = (rank["argv"] or [""])[0]
-                log.write(f"cannot start {argv0!r}: {err}\n".encode())
-                failure = f"rank {rank['rank']} could not start: {err}"
-                break
-    if failure:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait()
-        codes = [p.returncode for p in procs]
-        codes += [NOT_STARTED] * (len(plan["ranks"]) - len(codes))
-        write_atomic(
-            Path(plan["result"]),
-            json.dumps({"codes": codes, "started": started, "ended": time.time(),
-                        "failure": failure, "killed": False}),
-        )  # fmt: skip
-        return 0
-    killed = False
-    while any(p.poll() is None for p in procs):
-        codes = [p.returncode for p in procs]
-        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0, STOPPED, -15)]
-        if bad and not stop_deadline:
-            failure = f"rank {bad[0][0]} exited with code {bad[0][1]}"
-            stop_deadline.append(time.monotonic() + grace)
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-        if stop_deadline and not killed and time.monotonic() > stop_deadline[0]:
-            killed = True
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        time.sleep(0.05)
+        with open(log_path, "ab") as log:  # what group_last_line() looks for
+            log.write(f"=== group {plan.get('group')} rank {spec.rank} ===\n".encode())
+    outcome = supervisor.run(handle_signals=False)
     result = {
-        "codes": [p.returncode for p in procs],
+        "codes": outcome.returncodes,
         "started": started,
         "ended": time.time(),
-        "failure": failure,
-        "killed": killed,
+        "failure": outcome.failure,
+        "killed": outcome.killed,
     }
     write_atomic(Path(plan["result"]), json.dumps(result))
     return 0

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from adl.contract import ENV_HOME
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 
 def default_home() -> Path:
     """``$ADL_HOME`` or ``~/.adl/local``: where the daemon keeps its database, logs, checkpoints."""
-    env = os.environ.get("ADL_HOME")
+    env = os.environ.get(ENV_HOME)
     return Path(env).expanduser() if env else Path.home() / ".adl" / "local"
 
 

@@ -16,6 +16,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from adl.contract import ENV_GPU_RESOURCE
 from adl.jobs_api import BackendError, JobView
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
 from adl.operator import pods as P
@@ -109,7 +110,7 @@ class KubernetesBackend:
         self.custom = client.CustomObjectsApi(self.api)
         self.storage = client.StorageV1Api(self.api)
         # the scheduler's slot unit; ADL_GPU_RESOURCE=cpu on clusters without GPUs
-        self.gpu_resource = gpu_resource or os.environ.get("ADL_GPU_RESOURCE", P.GPU_RESOURCE)
+        self.gpu_resource = gpu_resource or os.environ.get(ENV_GPU_RESOURCE, P.GPU_RESOURCE)
 
     # ------------------------------------------------------------------ helpers
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -15,16 +15,17 @@ from typing import Any
 
 import yaml
 
+from adl import contract as C
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 
-GROUP = "adl.dev"
-VERSION = "v1"
-PLURAL = "adaptivejobs"
+GROUP = C.API_GROUP
+VERSION = C.API_VERSION_NAME
+PLURAL = C.PLURAL
 SINGULAR = "adaptivejob"
-KIND = "AdaptiveJob"
+KIND = C.KIND
 SHORT_NAMES = ["aj"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
-API_VERSION = f"{GROUP}/{VERSION}"
+API_VERSION = C.API_VERSION
 
 # Keywords of Kubernetes' JSONSchemaProps that we pass through unchanged.
 _KEEP = {

@@ -278,9 +278,9 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Keep kopf's bookkeeping in annotations: the structural status schema would prune it.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="adl.dev")
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="adl.dev", key="last-handled-configuration"
+        prefix=GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
     # No CRD/namespace watching (it would need cluster-wide CRD access): the chart installs

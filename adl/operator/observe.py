@@ -10,12 +10,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from adl.contract import EXIT_STOPPED
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
 from adl.operator.pods import LABEL_GROUP, LABEL_INDEX, node_slots, rank_offsets
 from adl.operator.timestamps import parse_time
-
-#: Exit code of a worker that checkpointed and stopped on SIGTERM (128 + 15).
-EXIT_STOPPED = 143
 
 #: Waiting reasons that will not fix themselves: the group is failed, not "still starting".
 FATAL_WAITING = {

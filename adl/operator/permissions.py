@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from adl.contract import API_GROUP, PLURAL
+
 NAMESPACED = "namespaced"
 CLUSTER = "cluster"
 
@@ -31,10 +33,10 @@ def _grant(group: str, resource: str, verbs: str, scope: str = NAMESPACED) -> li
 #: Needed in every namespace whose jobs the operator runs.
 NAMESPACED_PERMISSIONS: frozenset[Permission] = frozenset(
     [
-        *_grant("adl.dev", "adaptivejobs", "get list watch patch"),
-        *_grant("adl.dev", "adaptivejobs/status", "patch"),
+        *_grant(API_GROUP, PLURAL, "get list watch patch"),
+        *_grant(API_GROUP, f"{PLURAL}/status", "patch"),
         # owner references with blockOwnerDeletion need update on the owner's finalizers
-        *_grant("adl.dev", "adaptivejobs/finalizers", "update"),
+        *_grant(API_GROUP, f"{PLURAL}/finalizers", "update"),
         *_grant("", "pods", "list watch create delete"),
         *_grant("", "services", "get create"),
         *_grant("", "secrets", "get create"),

@@ -13,18 +13,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adl.contract import (
+    ANNOTATION_ALLOCATION as ANNOTATION_ALLOCATION,  # re-exported: callers import them here
+)
+from adl.contract import (
+    ANNOTATION_TOKEN_HASH as ANNOTATION_TOKEN_HASH,
+)
+from adl.contract import (
+    LABEL_GROUP,
+    LABEL_JOB,
+    LABEL_NODE_INDEX,
+)
 from adl.controller.env import WorkerSite
 from adl.controller.env import worker_env as env_of_replica
 from adl.models import AdaptiveJobSpec
 from adl.operator.crd import API_VERSION, KIND
 
-LABEL_JOB = "adl.dev/job"
-LABEL_GROUP = "adl.dev/group"
-LABEL_INDEX = "adl.dev/node-index"
+LABEL_INDEX = LABEL_NODE_INDEX
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "adl"
-ANNOTATION_ALLOCATION = "adl.dev/allocation"
-ANNOTATION_TOKEN_HASH = "adl.dev/token-sha256"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MASTER_PORT = 29500

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from adl.contract import LABEL_PREEMPTIBLE
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
@@ -80,7 +81,7 @@ def nodes_from_objects(
         allocatable = quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource))
         free = allocatable - used.get(meta["name"], 0)
         if free > 0:
-            preemptible = labels.get("adl.dev/preemptible") == "true"
+            preemptible = labels.get(LABEL_PREEMPTIBLE) == "true"
             out.append(NodeInfo(name=meta["name"], gpus=free, preemptible=preemptible))
     return sorted(out, key=lambda n: n.name)
 

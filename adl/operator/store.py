@@ -17,6 +17,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from adl import __version__
+from adl.contract import ENV_KUBE_URL
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.pods import matches_selector
 
@@ -25,7 +26,7 @@ MERGE = "application/merge-patch+json"
 USER_AGENT = f"adl-operator/{__version__}"
 
 #: Environment variable naming the API server URL directly (tests, local development).
-KUBE_URL_ENV = "ADL_KUBE_URL"
+KUBE_URL_ENV = ENV_KUBE_URL
 
 
 class Conflict(RuntimeError):

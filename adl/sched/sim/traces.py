@@ -26,6 +26,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
 
+from adl.contract import ENV_TRACES
+
 FloatArray = NDArray[np.float64]
 
 #: epochs to completion per application (traces README); others default to the validation rows
@@ -45,7 +47,7 @@ MAX_INTERP_NODES = 16
 
 def default_traces_dir() -> Path:
     """``$ADL_TRACES``, else ``../shared/pollux-traces`` relative to the repository root."""
-    env = os.environ.get("ADL_TRACES")
+    env = os.environ.get(ENV_TRACES)
     if env:
         return Path(env)
     repo_root = Path(__file__).resolve().parents[3]

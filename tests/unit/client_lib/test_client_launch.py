@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -148,3 +150,130 @@ def test_a_command_that_cannot_start_is_one_line_and_the_shells_code(
     err = capsys.readouterr().err
     assert f"error: cannot start {command!r}: {reason}" in err
     assert "Traceback" not in err
+
+
+#: prints one line to each stream, naming its rank
+SPEAK = (
+    "import os, sys; r = os.environ['ADL_RANK']; "
+    "print('hello from', r); print('warn from', r, file=sys.stderr)"
+)
+
+
+def test_printed_output_is_prefixed_by_rank(capfd: pytest.CaptureFixture[str]) -> None:
+    assert Launcher([sys.executable, "-c", SPEAK], 2, prefix=True).run() == 0
+    out, err = capfd.readouterr()
+    assert sorted(out.splitlines()) == ["[rank0]: hello from 0", "[rank1]: hello from 1"]
+    assert sorted(err.splitlines()) == ["[rank0]: warn from 0", "[rank1]: warn from 1"]
+
+
+def test_output_read_by_a_program_is_left_as_written(capfd: pytest.CaptureFixture[str]) -> None:
+    """Not a terminal (a pipe, a file): no prefix unless asked, so ``adl launch ... | jq``
+    reads the workers' own lines."""
+    assert Launcher([sys.executable, "-c", SPEAK], 2).run() == 0
+    out, _ = capfd.readouterr()
+    assert sorted(out.splitlines()) == ["hello from 0", "hello from 1"]
+
+
+def test_the_prefix_is_the_default_on_a_terminal(tmp_path: Path) -> None:
+    import pty
+
+    main_fd, child_fd = pty.openpty()
+    driver = (
+        "import sys; from adl.client_lib.launch import main; "
+        f"sys.exit(main(['--nproc', '2', '--', sys.executable, '-c', {SPEAK!r}]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", driver],
+        stdout=child_fd,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])},
+    )
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 4096)
+        except OSError:  # EIO: every writer of the terminal has exited
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main_fd)
+    assert proc.wait(timeout=60) == 0
+    lines = b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
+    assert sorted(lines) == ["[rank0]: hello from 0", "[rank1]: hello from 1"]
+
+
+def test_log_dir_writes_one_file_per_rank_and_nothing_to_the_terminal(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    assert main(["--nproc", "2", "--log-dir", str(logs), "--", sys.executable, "-c", SPEAK]) == 0
+    for r in range(2):
+        lines = (logs / f"rank{r}.log").read_text().splitlines()
+        assert sorted(lines) == [f"hello from {r}", f"warn from {r}"]  # not prefixed
+    assert capfd.readouterr() == ("", "")
+
+
+def test_tee_prints_and_logs(tmp_path: Path) -> None:
+    argv = ["launch", "--nproc", "2", "--log-dir", str(tmp_path), "--tee", "--prefix"]
+    result = CliRunner().invoke(app, [*argv, "--", sys.executable, "-c", SPEAK])
+    assert result.exit_code == 0, result.output
+    assert "[rank1]: hello from 1" in result.output
+    assert "hello from 1" in (tmp_path / "rank1.log").read_text()
+
+
+def test_tee_without_log_dir_is_refused() -> None:
+    result = CliRunner().invoke(app, ["launch", "--tee", "--", sys.executable, "-c", "0"])
+    assert result.exit_code != 0 and "--tee needs --log-dir" in result.output
+
+
+def test_workers_get_the_torchrun_variables(tmp_path: Path) -> None:
+    dump_all = (
+        "import json, os, sys; "
+        "open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK']), 'w')"
+        ".write(json.dumps(dict(os.environ)))"
+    )
+    code = Launcher(
+        [sys.executable, "-c", dump_all, str(tmp_path)], 2, num_nodes=2, node_rank=1
+    ).run()
+    assert code == 0
+    envs = _dumped(tmp_path)
+    assert [(e["RANK"], e["LOCAL_RANK"]) for e in envs] == [("2", "0"), ("3", "1")]
+    for e in envs:
+        assert (e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"]) == ("4", "2")
+        assert (e["MASTER_ADDR"], e["MASTER_PORT"]) == ("127.0.0.1", e["ADL_MASTER_PORT"])
+
+
+def test_a_worker_that_stopped_on_its_own_stops_the_others(tmp_path: Path) -> None:
+    """A rank exiting 143 by itself (its checkpoint watchdog fired) ends the group, as in the
+    local daemon's shim: the launcher's code is 143, not a failure."""
+    script = (
+        "import os, signal, sys, time\n"
+        "if os.environ['ADL_RANK'] == '0':\n"
+        "    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
+        "time.sleep(60)\n"
+    )
+    start = time.monotonic()
+    assert Launcher([sys.executable, "-c", script], 2, grace_s=30).run() == 143
+    assert time.monotonic() - start < 30
+
+
+def test_in_a_pod_the_ranks_come_from_the_pods_environment() -> None:
+    """A Kubernetes pod running several replicas runs ``launch --nproc N``; the controller put
+    the environment of the pod's first replica in it. Each process must get its own place in
+    the whole group (not a world of N on 127.0.0.1, which would split the job in pods)."""
+    from adl.controller.env import WorkerSite
+    from adl.controller.env import worker_env as replica_env
+
+    alloc = ["a", "a", "b", "b", "b"]
+    site = WorkerSite("job-g3-0.job.ns.svc", 29500, "/ckpt")
+    pod_env = {"PATH": "/bin", **replica_env("ns/job", 3, alloc, 2, site)}  # pod 1: ranks 2-4
+    specs = Launcher(["train"], 3, base_env=pod_env).ranks()
+    for local, spec in enumerate(specs):
+        # each process's env is what the controller would give that replica on its own
+        assert spec.rank == 2 + local
+        assert spec.env == {"PATH": "/bin", **replica_env("ns/job", 3, alloc, 2 + local, site)}
+    with pytest.raises(ValueError, match=r"--nproc 2, .* runs 3 replicas"):
+        Launcher(["train"], 2, base_env=pod_env)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from adl.contract import TORCH_ENV_VARS
 from adl.controller.actions import CreateGroup
 from adl.controller.env import ENV_VARS, WorkerSite, group_env, replica_placement, worker_env
 
@@ -12,7 +13,7 @@ SITE = WorkerSite("10.0.0.5", 29500, "/ckpt/ns/job", "http://api:8080", "/var/ru
 
 def test_every_contract_variable_is_set() -> None:
     env = worker_env("ns/job", 4, ["a", "a", "b"], 0, SITE)
-    assert set(env) == set(ENV_VARS)
+    assert set(env) == set(ENV_VARS) | set(TORCH_ENV_VARS)
     assert env["ADL_JOB"] == "ns/job" and env["ADL_GROUP"] == "4"
     assert env["ADL_MASTER_ADDR"] == "10.0.0.5" and env["ADL_MASTER_PORT"] == "29500"
     assert env["ADL_CHECKPOINT_DIR"] == "/ckpt/ns/job"
@@ -36,6 +37,17 @@ def test_ranks_are_contiguous_per_node_whatever_the_list_order() -> None:
     assert {e["ADL_WORLD_SIZE"] for e in envs} == {"5"}
     assert {e["ADL_NUM_NODES"] for e in envs} == {"2"}
     assert replica_placement(["x"]) == [(0, 0, 1)]
+
+
+def test_torchrun_variables_match_the_adl_ones_on_every_replica() -> None:
+    """Scripts written for torchrun (and ``init_process_group("gloo")`` with its default
+    ``env://``) read RANK, WORLD_SIZE, ..., MASTER_PORT: same values as the ADL_* ones."""
+    envs = group_env("ns/j", 1, ["a", "b", "a"], SITE)
+    rows = [(e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) for e in envs]
+    assert rows == [("0", "3", "0", "2"), ("1", "3", "1", "2"), ("2", "3", "0", "1")]
+    for e in envs:
+        assert (e["MASTER_ADDR"], e["MASTER_PORT"]) == ("10.0.0.5", "29500")
+        assert all(e[t] == e[f"ADL_{t}"] for t in TORCH_ENV_VARS)
 
 
 def test_optional_variables_left_out_when_unknown() -> None:
