@@ -1,4 +1,4 @@
-"""kmock + KopfRunner harness for the adl operator (recipe: shared/testing-kopf-with-kmock.md).
+"""kmock + KopfRunner harness for the adl operator (kmock's recipe for testing kopf operators).
 
 kmock serves a Kubernetes-like API on 127.0.0.1 in the test's loop; the real operator runs in
 KopfRunner's own thread and loop. A scripted policy stands in for the scheduler so tests decide
