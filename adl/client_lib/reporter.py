@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 
 import httpx
@@ -98,10 +98,11 @@ def build_hints(
     epoch: int | None = None,
 ) -> Hints:
     """The wire model from the library's own types (pure). Statistics that are not finite
-    (a diverged run: NaN gradients) are left out rather than fail the report."""
+    (a diverged run: NaN gradients) are left out rather than fail the report, and so is a
+    gradient estimate with ``sqr == 0`` (it would make the largest batch look free)."""
     if perf is not None and not all(math.isfinite(x) for x in perf):
         perf = None
-    if grad is not None and not (math.isfinite(grad.sqr) and math.isfinite(grad.var)):
+    if grad is not None and not grad.usable:  # non-finite, or sqr == 0: no estimate yet
         grad = None
     if goodput is not None and not math.isfinite(goodput):
         goodput = None
@@ -125,6 +126,26 @@ def build_hints(
         goodput=goodput,
         epoch=epoch,
     )
+
+
+def current_batch(
+    world_size: int,
+    loader_config: tuple[int | None, int | None],
+    step_local_bsz: int | None,
+    step_micro: int,
+) -> tuple[int | None, int | None, int | None]:
+    """(global batch, micro-batch, accumulation steps) the job trains at now, for the status.
+
+    The data loader's configuration when it set one: the last step's samples would show the
+    short last batch of an epoch (a job at 128 shown at 29) or a step caught halfway through its
+    micro-steps. Otherwise (a loop without the adaptive loader) the step being measured."""
+    local, accum = loader_config
+    if local:
+        accum = max(int(accum or 0), 0)
+        return world_size * local * (accum + 1), local, accum
+    if not step_local_bsz:
+        return None, None, None
+    return world_size * step_local_bsz * max(step_micro, 1), step_local_bsz, max(step_micro - 1, 0)
 
 
 def hints_url(api_url: str, job: str) -> str:
@@ -170,8 +191,13 @@ class HintsReporter:
         backoff_s: float = 0.5,
         first_gap_s: float = FIRST_GAP_S,
         poll_s: float = READY_POLL_S,
+        watch: Callable[[], Hashable] | None = None,
     ) -> None:
         self.provider = provider
+        # Cheap to call: when its value differs from the one at the last report, report at once
+        # (the batch the job uses changed, and the status would show the old one until then).
+        self.watch = watch
+        self._reported_key: Hashable = None
         self.url = url
         self.token_file = Path(token_file) if token_file else None
         self.interval_s = interval_s
@@ -187,7 +213,10 @@ class HintsReporter:
 
     @classmethod
     def from_env(
-        cls, provider: Callable[[], Hints | None], interval_s: float | None = None
+        cls,
+        provider: Callable[[], Hints | None],
+        interval_s: float | None = None,
+        watch: Callable[[], Hashable] | None = None,
     ) -> HintsReporter | None:
         """A reporter for this worker, or None when it is not rank 0 or no API is configured.
         The steady interval is ``interval_s``, else ``$ADL_REPORT_INTERVAL``, else 30 s."""
@@ -200,7 +229,8 @@ class HintsReporter:
         except ValueError as err:
             log.warning("not reporting hints: %s", err)
             return None
-        return cls(provider, url, os.environ.get("ADL_TOKEN_FILE"), interval_s=interval)
+        token = os.environ.get("ADL_TOKEN_FILE")
+        return cls(provider, url, token, interval_s=interval, watch=watch)
 
     # ------------------------------------------------------------------ one report
 
@@ -232,7 +262,29 @@ class HintsReporter:
 
     def report_once(self) -> bool:
         """Build and send hints now; True on success. Never raises."""
+        self._reported_key = self._key()  # before building: a change meanwhile reports again
         return self._send(self._build())
+
+    def _key(self) -> Hashable:
+        if self.watch is None:
+            return None
+        try:
+            return self.watch()
+        except Exception:
+            log.exception("watching the batch configuration failed")
+            return self._reported_key
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less when the watched value changes; True once stopped."""
+        if self.watch is None:
+            return self._stop.wait(seconds)
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self._stop.wait(min(self.poll_s, left)):
+                return True
+            if self._key() != self._reported_key:
+                break
+        return self._stop.is_set()
 
     def _send(self, hints: Hints | None) -> bool:
         if hints is None:
@@ -267,12 +319,14 @@ class HintsReporter:
         # up waiting after one steady interval, so a job of very slow steps still reports.
         deadline = time.monotonic() + self.interval_s
         while not self._stop.wait(self.poll_s):
+            key = self._key()
             hints = self._build()
             if model_fitted(hints) or time.monotonic() >= deadline:
+                self._reported_key = key
                 self._send(hints)
                 break
         for gap in report_delays(self.interval_s, self.first_gap_s):
-            if self._stop.wait(gap):
+            if self._wait(gap):
                 return
             self.report_once()
 

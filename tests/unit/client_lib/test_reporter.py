@@ -18,6 +18,7 @@ from adl.client_lib.reporter import (
     INTERVAL_ENV,
     HintsReporter,
     build_hints,
+    current_batch,
     hints_url,
     report_delays,
     report_interval,
@@ -338,3 +339,31 @@ def test_a_job_whose_model_never_fits_still_reports_after_the_steady_interval(
         reporter.stop()
     assert time.monotonic() - started >= 1.0  # not before the steady interval
     assert server.requests[0]["body"]["initBatchSize"] == 32
+
+
+# ------------------------------------------------------------------ the batch in the status
+
+
+def test_the_batch_reported_is_the_loaders_configuration() -> None:
+    # loader at 128 on one replica, the step measured was the epoch's 29-sample tail
+    assert current_batch(1, (128, 0), 29, 1) == (128, 128, 0)
+    assert current_batch(4, (64, 3), 64, 2) == (1024, 64, 3)  # not a step caught halfway
+    assert current_batch(2, (None, None), 32, 2) == (128, 32, 1)  # no loader: the step
+    assert current_batch(2, (None, 0), None, 0) == (None, None, None)  # nothing yet
+
+
+def test_a_changed_batch_is_reported_at_once(server: _Recorder) -> None:
+    config = [(64, 0)]
+    reporter = HintsReporter(
+        _hints, _url(server) + "/v1/jobs/a/b/hints", interval_s=3600, first_gap_s=3600,
+        poll_s=0.01, watch=lambda: config[0],
+    )  # fmt: skip
+    reporter.start()
+    try:
+        _wait(lambda: len(server.requests) == 1)  # the first report; the next is an hour away
+        config[0] = (128, 0)  # the loader picked another batch at an epoch boundary
+        _wait(lambda: len(server.requests) == 2)
+        built = len(server.requests)
+    finally:
+        reporter.stop()
+    assert built == 2
