@@ -24,10 +24,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adl.sched.sim.job import FIXED_ADAPTIVE_BATCH, MAX_REPLICAS
-from adl.sched.sim.traces import AppTrace, load_traces
+from adl.sched.sim.traces import AppTrace, default_traces_dir, load_traces
 from adl.sched.sim.workload import load_workload
 
-DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "pollux-traces"
+DEFAULT_TRACES = default_traces_dir()
 GPUS_PER_NODE = 4
 
 

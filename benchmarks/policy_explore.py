@@ -37,7 +37,7 @@ from adl.sched.sim.published import (  # noqa: E402
     published_avg_jct,
 )
 from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
-from adl.sched.sim.traces import load_traces  # noqa: E402
+from adl.sched.sim.traces import default_traces_dir, load_traces  # noqa: E402
 from adl.sched.sim.workload import load_workload  # noqa: E402
 
 #: variant name -> AdlPolicy knobs (empty = defaults)
@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--workloads", default="1,2,3,4")
     ap.add_argument("--generated", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--traces", default="/work/shared/pollux-traces")
+    ap.add_argument("--traces", default=str(default_traces_dir()))
     ap.add_argument("--json")
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--hide-remaining", action="store_true", help="jobs do not declare lengths")

@@ -102,7 +102,6 @@ def main() -> None:
     parser.add_argument("--steps", type=float, default=200, help="scale-invariant steps")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--hints-every", type=float, default=3.0, help="seconds between reports")
     parser.add_argument("--max-scale", type=int, default=8, help="largest batch / B0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds per step")
@@ -117,10 +116,6 @@ def main() -> None:
     model = build_model(cfg)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     adp = adl.AdaptiveDataParallel(model, optimizer, init_batch_size=cfg["bsz"])
-    if adp.reporter is not None:  # report often: the demo lasts minutes, not hours
-        adp.reporter.stop()
-        adp.reporter.interval_s = args.hints_every
-        adp.reporter.start()
     # The loop keeps a fixed per-replica batch, so the global batch grows with the replicas:
     # declare that range to the scheduler (AdaptiveDataLoader does this for loader-driven jobs).
     ctx.batch_bounds = BatchBounds(
@@ -166,8 +161,7 @@ def main() -> None:
     # A final checkpoint: a stop that lands while the process exits resumes here and ends at
     # once, instead of redoing the steps since the last resize.
     ctx.save()
-    if adp.reporter is not None:
-        adp.reporter.stop(flush=True)
+    adp.close()
     if rank == 0:
         print(json.dumps({"demo": {"event": "done", "step": loop.step}}), flush=True)
     shutdown()

@@ -121,7 +121,11 @@ def register(app: typer.Typer) -> None:
     def simulate(
         target: Annotated[
             Path,
-            typer.Argument(help="a workload CSV, or a directory of workload-*.csv files"),
+            typer.Argument(
+                help="a workload CSV, a directory of workload-*.csv files, or the name of a "
+                "published workload packaged with adl (workload-1 .. workload-4, or "
+                "'workloads' for all four)"
+            ),
         ],
         policy: Annotated[
             str, typer.Option("--policy", "-p", help="adl, pollux, tiresias, optimus or fifo")
@@ -130,8 +134,8 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(
                 "--traces",
-                help="pollux-traces directory (default: $ADL_TRACES, else "
-                "../shared/pollux-traces beside the repository)",
+                help="pollux-traces directory (default: $ADL_TRACES, else the traces "
+                "packaged with adl)",
             ),
         ] = None,
         seed: Annotated[int, typer.Option("--seed", help="policy seed")] = 0,

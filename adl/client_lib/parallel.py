@@ -49,7 +49,7 @@ from adl import contract as C
 from adl.client_lib.context import get_context, has_context
 from adl.client_lib.gns import GradientNoiseEstimator, flat_sq_norm, grouped_sq_norms
 from adl.client_lib.profile import Profile
-from adl.client_lib.reporter import HintsReporter, build_hints
+from adl.client_lib.reporter import HintsReporter, build_hints, current_batch
 from adl.client_lib.scaling import Progress, ScalingRule, adascale_gain, default_rule
 from adl.models import Hints
 from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams
@@ -273,7 +273,7 @@ class AdaptiveDataParallel(nn.Module):
         self._register_checkpoint()
         self.reporter: HintsReporter | None = None
         if report and self.rank == 0:
-            self.reporter = HintsReporter.from_env(self.hints)
+            self.reporter = HintsReporter.from_env(self.hints, watch=self._loader_config)
             if self.reporter is not None:
                 self.reporter.start()
         self._register_goodput_provider()
@@ -653,6 +653,9 @@ class AdaptiveDataParallel(nn.Module):
         ctx = _context() or self._ctx
         bounds = _ctx_attr(ctx, "batch_bounds", None)
         total = _ctx_attr(ctx, "total_progress", None)
+        batch, local, accum = current_batch(
+            self.world_size, self._loader_config(), self._cycle_bsz, self._micro
+        )
         return build_hints(
             init_batch_size=self.init_batch_size,
             bounds=bounds if isinstance(bounds, BatchBounds) else None,
@@ -661,10 +664,15 @@ class AdaptiveDataParallel(nn.Module):
             progress=self.progress.progress,
             total_progress=float(total) if isinstance(total, (int, float)) else None,
             max_profiled_replicas=self.profile.max_profiled_replicas(),
-            batch_size=self.world_size * (self._cycle_bsz or 0) * max(self._micro, 1) or None,
-            local_bsz=self._cycle_bsz,
-            accum_steps=max(self._micro - 1, 0),
+            batch_size=batch,
+            local_bsz=local,
+            accum_steps=accum,
         )
+
+    def _loader_config(self) -> tuple[int | None, int | None]:
+        """The data loader's (micro-batch, accumulation steps), (None, None) without one."""
+        ctx = _context() or self._ctx
+        return _ctx_attr(ctx, "local_bsz", None), _ctx_attr(ctx, "accum_steps", None)
 
     def close(self) -> None:
         """Stop the background reporter (also done at interpreter exit: the thread is a daemon)."""

@@ -121,7 +121,7 @@ class Profile:
     def goodput_fn(self, grad: GradParams | None, bounds: BatchBounds) -> GoodputFunction | None:
         """The goodput provider for the data loader (None until something is measured)."""
         perf = self.perf_params()
-        if perf is None or grad is None:
+        if perf is None or grad is None or not grad.usable:  # degenerate: keep B0 / the bounds
             return None
         return GoodputFunction(perf, grad, bounds)
 

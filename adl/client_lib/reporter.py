@@ -1,9 +1,15 @@
 """Sends scheduler hints from rank 0 to the adl API, from a background thread.
 
 ``PUT $ADL_API_URL/v1/jobs/{ns}/{name}/hints`` with ``Authorization: Bearer <token>`` (the token
-file is re-read for every request so a rotated token is picked up). Reports go out at most once
-per interval. A failing or absent API never reaches the training loop: each report is retried a
-few times with exponential backoff, then logged and left for the next interval.
+file is re-read for every request so a rotated token is picked up). A failing or absent API never
+reaches the training loop: each report is retried a few times with exponential backoff, then
+logged and left for the next one.
+
+When reports go out (:func:`report_delays`): the first as soon as the throughput model can be
+fitted (a few profiled steps into the run, so a job of a few minutes can still be resized), else
+after the steady interval at the latest; then after 2 s, 4 s, 8 s ... doubling up to the steady
+interval (30 s, or ``$ADL_REPORT_INTERVAL`` seconds). Every resize starts new worker processes,
+so every group reports its new measurements early too.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 
 import httpx
@@ -24,7 +31,56 @@ from adl.sched.goodput import BatchBounds, GradParams, PerfParams
 
 log = logging.getLogger(__name__)
 
+#: steady seconds between reports, once the early ones are over
 DEFAULT_INTERVAL_S = 30.0
+#: the environment variable that sets the steady interval, and its bounds in seconds (below a
+#: second the reports cost more than they tell; above an hour the scheduler flies blind)
+INTERVAL_ENV = "ADL_REPORT_INTERVAL"
+MIN_INTERVAL_S = 1.0
+MAX_INTERVAL_S = 3600.0
+#: the gap after the first report; each next gap doubles, up to the steady interval
+FIRST_GAP_S = 2.0
+#: before the first report, how often to check whether the throughput model can be fitted yet
+READY_POLL_S = 0.5
+
+
+def report_interval(value: str | float | None = None) -> float:
+    """The steady interval: ``value``, else ``$ADL_REPORT_INTERVAL``, else 30 s.
+
+    Raises ``ValueError`` naming the setting for anything that is not a number of seconds within
+    [1, 3600]: a typo should stop the job at start, not silently leave it unresized."""
+    source = "report interval"
+    if value is None:
+        value = os.environ.get(INTERVAL_ENV) or None
+        source = INTERVAL_ENV
+    if value is None:
+        return DEFAULT_INTERVAL_S
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{source} must be a number of seconds, got {value!r}") from None
+    if not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:  # also refuses NaN
+        raise ValueError(
+            f"{source} must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} seconds, "
+            f"got {value!r}"
+        )
+    return seconds
+
+
+def report_delays(interval_s: float, first_gap_s: float = FIRST_GAP_S) -> Iterator[float]:
+    """The gaps between consecutive reports after the first: ``first_gap_s`` doubling up to
+    ``interval_s``, then ``interval_s`` for ever. Early reports let the scheduler size a job
+    while it is young (a short job would otherwise finish before its second report); backing
+    off keeps a long job's reports, and the API's load, at the steady rate."""
+    gap = min(first_gap_s, interval_s)
+    while True:
+        yield gap
+        gap = min(gap * 2.0, interval_s)
+
+
+def model_fitted(hints: Hints | None) -> bool:
+    """Whether these hints carry a throughput model (what the scheduler needs to resize)."""
+    return hints is not None and hints.perf_params is not None
 
 
 def build_hints(
@@ -43,10 +99,11 @@ def build_hints(
     epoch: int | None = None,
 ) -> Hints:
     """The wire model from the library's own types (pure). Statistics that are not finite
-    (a diverged run: NaN gradients) are left out rather than fail the report."""
+    (a diverged run: NaN gradients) are left out rather than fail the report, and so is a
+    gradient estimate with ``sqr == 0`` (it would make the largest batch look free)."""
     if perf is not None and not all(math.isfinite(x) for x in perf):
         perf = None
-    if grad is not None and not (math.isfinite(grad.sqr) and math.isfinite(grad.var)):
+    if grad is not None and not grad.usable:  # non-finite, or sqr == 0: no estimate yet
         grad = None
     if goodput is not None and not math.isfinite(goodput):
         goodput = None
@@ -70,6 +127,26 @@ def build_hints(
         goodput=goodput,
         epoch=epoch,
     )
+
+
+def current_batch(
+    world_size: int,
+    loader_config: tuple[int | None, int | None],
+    step_local_bsz: int | None,
+    step_micro: int,
+) -> tuple[int | None, int | None, int | None]:
+    """(global batch, micro-batch, accumulation steps) the job trains at now, for the status.
+
+    The data loader's configuration when it set one: the last step's samples would show the
+    short last batch of an epoch (a job at 128 shown at 29) or a step caught halfway through its
+    micro-steps. Otherwise (a loop without the adaptive loader) the step being measured."""
+    local, accum = loader_config
+    if local:
+        accum = max(int(accum or 0), 0)
+        return world_size * local * (accum + 1), local, accum
+    if not step_local_bsz:
+        return None, None, None
+    return world_size * step_local_bsz * max(step_micro, 1), step_local_bsz, max(step_micro - 1, 0)
 
 
 def hints_url(api_url: str, job: str) -> str:
@@ -113,11 +190,20 @@ class HintsReporter:
         timeout_s: float = 5.0,
         attempts: int = 3,
         backoff_s: float = 0.5,
+        first_gap_s: float = FIRST_GAP_S,
+        poll_s: float = READY_POLL_S,
+        watch: Callable[[], Hashable] | None = None,
     ) -> None:
         self.provider = provider
+        # Cheap to call: when its value differs from the one at the last report, report at once
+        # (the batch the job uses changed, and the status would show the old one until then).
+        self.watch = watch
+        self._reported_key: Hashable = None
         self.url = url
         self.token_file = Path(token_file) if token_file else None
         self.interval_s = interval_s
+        self.first_gap_s = first_gap_s
+        self.poll_s = poll_s
         self.timeout_s = timeout_s
         self.attempts = max(attempts, 1)
         self.backoff_s = backoff_s
@@ -128,9 +214,14 @@ class HintsReporter:
 
     @classmethod
     def from_env(
-        cls, provider: Callable[[], Hints | None], interval_s: float = DEFAULT_INTERVAL_S
+        cls,
+        provider: Callable[[], Hints | None],
+        interval_s: float | None = None,
+        watch: Callable[[], Hashable] | None = None,
     ) -> HintsReporter | None:
-        """A reporter for this worker, or None when it is not rank 0 or no API is configured."""
+        """A reporter for this worker, or None when it is not rank 0 or no API is configured.
+        The steady interval is ``interval_s``, else ``$ADL_REPORT_INTERVAL``, else 30 s."""
+        interval = report_interval(interval_s)  # a bad setting fails on every rank alike
         api, job = os.environ.get(C.ENV_API_URL), os.environ.get(C.ENV_JOB)
         if not api or not job or os.environ.get(C.ENV_RANK, "0") != "0":
             return None
@@ -139,7 +230,8 @@ class HintsReporter:
         except ValueError as err:
             log.warning("not reporting hints: %s", err)
             return None
-        return cls(provider, url, os.environ.get(C.ENV_TOKEN_FILE), interval_s=interval_s)
+        token = os.environ.get(C.ENV_TOKEN_FILE)
+        return cls(provider, url, token, interval_s=interval, watch=watch)
 
     # ------------------------------------------------------------------ one report
 
@@ -162,13 +254,40 @@ class HintsReporter:
         )
         response.raise_for_status()
 
-    def report_once(self) -> bool:
-        """Build and send hints now; True on success. Never raises."""
+    def _build(self) -> Hints | None:
         try:
-            hints = self.provider()
+            return self.provider()
         except Exception:
             log.exception("building hints failed")
-            return False
+            return None
+
+    def report_once(self) -> bool:
+        """Build and send hints now; True on success. Never raises."""
+        self._reported_key = self._key()  # before building: a change meanwhile reports again
+        return self._send(self._build())
+
+    def _key(self) -> Hashable:
+        if self.watch is None:
+            return None
+        try:
+            return self.watch()
+        except Exception:
+            log.exception("watching the batch configuration failed")
+            return self._reported_key
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less when the watched value changes; True once stopped."""
+        if self.watch is None:
+            return self._stop.wait(seconds)
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self._stop.wait(min(self.poll_s, left)):
+                return True
+            if self._key() != self._reported_key:
+                break
+        return self._stop.is_set()
+
+    def _send(self, hints: Hints | None) -> bool:
         if hints is None:
             return False
         retrying = tenacity.Retrying(
@@ -197,7 +316,19 @@ class HintsReporter:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        # Until the model can be fitted, look often (building hints without one is cheap); give
+        # up waiting after one steady interval, so a job of very slow steps still reports.
+        deadline = time.monotonic() + self.interval_s
+        while not self._stop.wait(self.poll_s):
+            key = self._key()
+            hints = self._build()
+            if model_fitted(hints) or time.monotonic() >= deadline:
+                self._reported_key = key
+                self._send(hints)
+                break
+        for gap in report_delays(self.interval_s, self.first_gap_s):
+            if self._wait(gap):
+                return
             self.report_once()
 
     def stop(self, flush: bool = False) -> None:

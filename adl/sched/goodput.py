@@ -22,6 +22,7 @@ Goodput is reported as scale-invariant steps per second, ``gain / step_time``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -52,6 +53,13 @@ class GradParams(NamedTuple):
 
     sqr: float
     var: float
+
+    @property
+    def usable(self) -> bool:
+        """Whether this estimate may drive a batch-size choice: finite, with a true gradient
+        above zero. With ``sqr == 0`` (a noisy estimate clamped at zero) every batch looks
+        equally efficient and goodput would always pick the largest: treat it as no estimate."""
+        return math.isfinite(self.sqr) and math.isfinite(self.var) and self.sqr > 0.0
 
 
 def gain(grad: GradParams, scale: ArrayLike) -> FloatArray:

@@ -16,8 +16,10 @@ def goodput_from_hints(hints: Hints) -> GoodputFunction | None:
     grad = (
         GradParams(hints.grad_params.sqr, hints.grad_params.var)
         if hints.grad_params is not None
-        else GradParams(sqr=1.0, var=0.0)  # unknown noise: batch size neither helps nor hurts
+        else None
     )
+    if grad is None or not grad.usable:  # none yet, or degenerate (sqr 0: from older workers)
+        grad = GradParams(sqr=1.0, var=0.0)  # unknown noise: batch size neither helps nor hurts
     b0 = hints.init_batch_size
     max_bsz = hints.max_batch_size or b0
     lo, hi = hints.local_bsz_bounds or (b0, b0)

@@ -1,4 +1,4 @@
-"""kmock + KopfRunner harness for the adl operator (recipe: shared/testing-kopf-with-kmock.md).
+"""kmock + KopfRunner harness for the adl operator (kmock's recipe for testing kopf operators).
 
 kmock serves a Kubernetes-like API on 127.0.0.1 in the test's loop; the real operator runs in
 KopfRunner's own thread and loop. A scripted policy stands in for the scheduler so tests decide
@@ -46,6 +46,10 @@ class Emulator(kmock.KubernetesEmulator):
         return await super()._handle(request)
 
 
+#: the longest a gated round waits for its test to open the gate
+GATE_LIMIT_S = 120.0
+
+
 class ScriptedPolicy:
     """Answers what the test says (after ``delay`` seconds, like a slow optimization);
     records what it was asked and whether it is optimizing right now."""
@@ -57,6 +61,9 @@ class ScriptedPolicy:
         self.seen: set[str] = set()
         self.rounds: list[set[str]] = []  # the jobs of each call
         self.busy = threading.Event()
+        # When a test sets this to an unset Event, rounds block in the policy until the test sets
+        # it: a slow round the test ends when it chooses, instead of a delay it races against.
+        self.gate: threading.Event | None = None
 
     def optimize(
         self,
@@ -67,10 +74,12 @@ class ScriptedPolicy:
         self.calls += 1
         self.seen |= {j.name for j in jobs}
         self.rounds.append({j.name for j in jobs})
-        if self.delay:
+        if self.delay or self.gate is not None:
             self.busy.set()
             try:
                 time.sleep(self.delay)
+                if self.gate is not None:
+                    self.gate.wait(GATE_LIMIT_S)  # bounded: a test that fails still tears down
             finally:
                 self.busy.clear()
         return {j.name: list(self.answer.get(j.name, [])) for j in jobs}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -420,19 +421,27 @@ async def test_a_suspension_forgets_the_answer_the_job_ran_on(
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body())
     await run_group(k8s, {"train-g1-0"})
-    await submit(job_body("other"))  # so that the rounds call the (slow) policy
-    await eventually(lambda: allocation_annotation(k8s, "other") == "[]", what="other waits")
-    policy.delay = 3.0
-
-    await set_suspend("train", True)
-    await eventually(lambda: status(k8s).get("phase") == "Suspended", what="Suspended")
-    await eventually(policy.busy.is_set, what="the suspension's round running")
-    # cleared well before the slow round could have written it
-    await eventually(lambda: allocation_annotation(k8s, "train") == "[]", 1.5, "answer cleared")
-    await set_suspend("train", False)
+    await submit(job_body("other"))  # so that the rounds call the (held) policy
+    await eventually(lambda: allocation_annotation(k8s, "other") == "[]", 30, "other waits")
+    # Rounds from here on block in the policy until the gate opens: the slow round lasts exactly
+    # as long as the test needs, however loaded the machine (a fixed delay raced the test).
+    gate = policy.gate = threading.Event()
+    try:
+        await set_suspend("train", True)
+        await eventually(lambda: status(k8s).get("phase") == "Suspended", 30, "Suspended")
+        await eventually(policy.busy.is_set, 30, "the suspension's round running")
+        # the held round can write nothing, so this clearing is the suspension's own doing
+        await eventually(lambda: allocation_annotation(k8s, "train") == "[]", 30, "answer cleared")
+        assert policy.busy.is_set()
+        # resumed while that round still runs (kopf handles the resume once it is over)
+        await set_suspend("train", False)
+    finally:
+        gate.set()
     await run_group(k8s, {"train-g2-0"})
-    policy.delay = 0.0
-    await asyncio.sleep(1.5)  # any round after the slow one is over
+    # A round that starts after group 2 runs, and then the next one, have both finished: every
+    # round that read the job before its resume is over, and none took the GPU back.
+    seen = policy.calls
+    await eventually(lambda: policy.calls >= seen + 2, 30, "two later rounds")
     st = status(k8s)
     assert st["phase"] == "Running" and st["group"] == 2, st
     assert alive(k8s) == {"train-g2-0"}

@@ -45,13 +45,16 @@ APP_MAX_LOCAL_BSZ: dict[str, int] = {"yolov3": 8}
 MAX_INTERP_NODES = 16
 
 
+#: the traces shipped inside the package (package data; see its NOTICE for attribution)
+PACKAGED_TRACES = Path(__file__).resolve().parent / "data" / "pollux"
+
+
 def default_traces_dir() -> Path:
-    """``$ADL_TRACES``, else ``../shared/pollux-traces`` relative to the repository root."""
+    """``$ADL_TRACES``, else the traces packaged with adl (so any install can simulate)."""
     env = os.environ.get(ENV_TRACES)
     if env:
         return Path(env)
-    repo_root = Path(__file__).resolve().parents[3]
-    return repo_root.parent / "shared" / "pollux-traces"
+    return PACKAGED_TRACES
 
 
 def canonical_placement(placement: Sequence[int]) -> tuple[int, ...]:

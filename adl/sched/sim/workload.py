@@ -64,8 +64,18 @@ def _job(row: dict[str, str], path: Path | str, line: int) -> WorkloadJob:
 
 def workload_paths(target: Path | str) -> list[Path]:
     """A single CSV, or every ``workload-*.csv`` in a directory (natural order); a traces root
-    whose ``workloads/`` folder holds them is accepted too."""
+    whose ``workloads/`` folder holds them is accepted too. A name that is no file here but one
+    of the published workloads packaged with adl (``workload-1`` .. ``workload-4``, or
+    ``workloads`` for all four) means that packaged copy, so a bare install can replay them."""
     p = Path(target)
+    if not p.exists() and p.parent == Path("."):
+        from adl.sched.sim.traces import PACKAGED_TRACES
+
+        packaged = PACKAGED_TRACES / "workloads"
+        if p.name == "workloads":
+            p = packaged
+        elif (packaged / f"{p.stem}.csv").is_file() and p.suffix in ("", ".csv"):
+            p = packaged / f"{p.stem}.csv"
     if p.is_dir() and not any(p.glob("workload-*.csv")) and (p / "workloads").is_dir():
         p = p / "workloads"
     if p.is_dir():

@@ -325,6 +325,14 @@ def test_unknown_job_commands_fail_cleanly(adl_home: Path, daemon: int) -> None:
         assert code == 1 and "default/ghost not found" in err, cmd
 
 
+def text_of(path: Path) -> str:
+    """The file's text, or "" while it does not exist yet (for waits on a worker's log)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def test_suspend_stops_the_workers_and_resume_goes_on_from_the_checkpoint(
     adl_home: Path, daemon: int
 ) -> None:
@@ -333,18 +341,22 @@ def test_suspend_stops_the_workers_and_resume_goes_on_from_the_checkpoint(
     )
     assert code == 0, err
     log = adl_home / "jobs/default/long/logs/r0.log"
-    wait_for(lambda: phase(adl_home, "long") == Phase.RUNNING and "step=" in log.read_text())
+    # The job says Running before its worker has opened the log, so wait for the file's content
+    # (a missing file reads as empty); deadlines are generous for a loaded machine.
+    wait_for(
+        lambda: phase(adl_home, "long") == Phase.RUNNING and "step=" in text_of(log), timeout=120
+    )
     code, out, _ = adl("suspend", "long")
     assert code == 0 and "suspended" in out
-    wait_for(lambda: phase(adl_home, "long") == Phase.SUSPENDED, timeout=30)
-    wait_for(lambda: "stopped group=1" in log.read_text(), timeout=30)
+    wait_for(lambda: phase(adl_home, "long") == Phase.SUSPENDED, timeout=60)
+    wait_for(lambda: "stopped group=1" in text_of(log), timeout=60)
     code, out, _ = adl("suspend", "long")
     assert code == 0 and "already suspended" in out
     code, out, _ = adl("describe", "long")
     assert "Suspended" in out and "Restarts:     0" in out  # a suspension is not a restart
     code, out, _ = adl("resume", "long")
     assert code == 0 and "resumed" in out
-    wait_for(lambda: "start group=2" in log.read_text(), timeout=30)
+    wait_for(lambda: "start group=2" in text_of(log), timeout=120)
     text = log.read_text()
     stopped = int(re.search(r"stopped group=1 rank=0 step=(\d+)", text).group(1))  # type: ignore[union-attr]
     resumed = int(re.search(r"start group=2 rank=0 world=\d+ step=(\d+)", text).group(1))  # type: ignore[union-attr]

@@ -114,6 +114,10 @@ def test_goodput_provider() -> None:
     fn = profile.goodput_fn(grad, bounds)
     assert isinstance(fn, GoodputFunction)
     assert profile.goodput_fn(None, bounds) is None
+    # a degenerate estimate is no estimate: the loader keeps its batch (B0) instead of taking
+    # the largest one, which sqr == 0 makes look free
+    assert profile.goodput_fn(GradParams(sqr=0.0, var=4.0), bounds) is None
+    assert profile.goodput_fn(GradParams(sqr=float("nan"), var=4.0), bounds) is None
     choice = fn.optimize(1, 1)
     assert np.all(choice.goodput > 0)
 

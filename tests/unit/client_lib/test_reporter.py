@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import threading
@@ -13,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from adl.client_lib.reporter import HintsReporter, build_hints, hints_url
+from adl.client_lib.reporter import (
+    INTERVAL_ENV,
+    HintsReporter,
+    build_hints,
+    current_batch,
+    hints_url,
+    report_delays,
+    report_interval,
+)
 from adl.models import Hints
 from adl.sched.goodput import BatchBounds, GradParams, PerfParams
 
@@ -216,3 +225,145 @@ def test_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert reporter.url == "http://127.0.0.1:9/v1/jobs/ns/job/hints"
     assert reporter.interval_s == 30.0
     assert reporter.token_file == tmp_path / "t"
+
+
+# ------------------------------------------------------------------ when reports go out
+
+
+def test_delays_start_short_and_double_up_to_the_steady_interval() -> None:
+    assert list(itertools.islice(report_delays(30.0), 7)) == [2, 4, 8, 16, 30, 30, 30]
+    assert list(itertools.islice(report_delays(5.0), 4)) == [2, 4, 5, 5]
+    assert list(itertools.islice(report_delays(1.0), 3)) == [1, 1, 1]  # never above the steady
+    assert list(itertools.islice(report_delays(10.0, first_gap_s=3.0), 3)) == [3, 6, 10]
+
+
+@pytest.mark.parametrize(
+    ("value", "want"), [(None, 30.0), ("", 30.0), ("5", 5.0), ("1", 1.0), ("3600", 3600.0)]
+)
+def test_steady_interval_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, want: float
+) -> None:
+    if value is None:
+        monkeypatch.delenv(INTERVAL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(INTERVAL_ENV, value)
+    assert report_interval() == want
+    assert report_interval(7) == 7.0  # an explicit value wins over the environment
+
+
+@pytest.mark.parametrize("value", ["0.5", "0", "-3", "3601", "nan", "inf", "soon"])
+def test_an_interval_out_of_bounds_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(INTERVAL_ENV, value)
+    with pytest.raises(ValueError, match=INTERVAL_ENV):
+        report_interval()
+    for var, v in (("ADL_API_URL", "http://127.0.0.1:9"), ("ADL_JOB", "ns/j"), ("ADL_RANK", "0")):
+        monkeypatch.setenv(var, v)
+    with pytest.raises(ValueError, match=INTERVAL_ENV):  # the job stops at start, not silently
+        HintsReporter.from_env(_hints)
+    monkeypatch.setenv(INTERVAL_ENV, "12")
+    reporter = HintsReporter.from_env(_hints)
+    assert reporter is not None and reporter.interval_s == 12.0
+
+
+def _wait(cond: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_first_report_as_soon_as_the_model_is_fitted_then_backing_off(server: _Recorder) -> None:
+    fitted = threading.Event()
+    built = 0
+
+    def provider() -> Hints:
+        nonlocal built
+        built += 1
+        if fitted.is_set():
+            return _hints()
+        return build_hints(init_batch_size=32, progress=0.1)  # no throughput model yet
+
+    # A steady interval of an hour: every report this test sees is an early one.
+    reporter = HintsReporter(
+        provider, _url(server) + "/v1/jobs/a/b/hints", interval_s=3600, first_gap_s=0.1,
+        poll_s=0.01,
+    )  # fmt: skip
+    reporter.start()
+    try:
+        _wait(lambda: built >= 5)
+        assert server.requests == []  # nothing worth telling the scheduler yet
+        fitted.set()
+        # four reports (the first and three early ones) long before the hour is up
+        _wait(lambda: len(server.requests) >= 4)
+    finally:
+        reporter.stop()
+    assert all(r["body"]["perfParams"] is not None for r in server.requests)
+
+
+def test_gaps_between_early_reports_double(server: _Recorder) -> None:
+    times: list[float] = []
+
+    def provider() -> Hints:
+        times.append(time.monotonic())
+        return _hints()
+
+    reporter = HintsReporter(
+        provider, _url(server) + "/v1/jobs/a/b/hints", interval_s=0.4, first_gap_s=0.1,
+        poll_s=0.01,
+    )  # fmt: skip
+    reporter.start()
+    try:
+        _wait(lambda: len(server.requests) >= 5)
+    finally:
+        reporter.stop()
+    gaps = [b - a for a, b in itertools.pairwise(times[:5])]
+    # waits never end early, so these lower bounds hold however loaded the machine is
+    for gap, least in zip(gaps, (0.1, 0.2, 0.4, 0.4), strict=True):
+        assert gap >= least * 0.95, gaps
+
+
+def test_a_job_whose_model_never_fits_still_reports_after_the_steady_interval(
+    server: _Recorder,
+) -> None:
+    reporter = HintsReporter(
+        lambda: build_hints(init_batch_size=32), _url(server) + "/v1/jobs/a/b/hints",
+        interval_s=1.0, poll_s=0.01,
+    )  # fmt: skip
+    started = time.monotonic()
+    reporter.start()
+    try:
+        _wait(lambda: len(server.requests) >= 1)
+    finally:
+        reporter.stop()
+    assert time.monotonic() - started >= 1.0  # not before the steady interval
+    assert server.requests[0]["body"]["initBatchSize"] == 32
+
+
+# ------------------------------------------------------------------ the batch in the status
+
+
+def test_the_batch_reported_is_the_loaders_configuration() -> None:
+    # loader at 128 on one replica, the step measured was the epoch's 29-sample tail
+    assert current_batch(1, (128, 0), 29, 1) == (128, 128, 0)
+    assert current_batch(4, (64, 3), 64, 2) == (1024, 64, 3)  # not a step caught halfway
+    assert current_batch(2, (None, None), 32, 2) == (128, 32, 1)  # no loader: the step
+    assert current_batch(2, (None, 0), None, 0) == (None, None, None)  # nothing yet
+
+
+def test_a_changed_batch_is_reported_at_once(server: _Recorder) -> None:
+    config = [(64, 0)]
+    reporter = HintsReporter(
+        _hints, _url(server) + "/v1/jobs/a/b/hints", interval_s=3600, first_gap_s=3600,
+        poll_s=0.01, watch=lambda: config[0],
+    )  # fmt: skip
+    reporter.start()
+    try:
+        _wait(lambda: len(server.requests) == 1)  # the first report; the next is an hour away
+        config[0] = (128, 0)  # the loader picked another batch at an epoch boundary
+        _wait(lambda: len(server.requests) == 2)
+        built = len(server.requests)
+    finally:
+        reporter.stop()
+    assert built == 2
