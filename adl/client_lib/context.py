@@ -85,6 +85,13 @@ class JobContext:
         # same on every rank, unlike this replica's share at the uneven tail of an epoch).
         self.feeding_loader: Any | None = None
         self.global_micro_batch: int | None = None
+        # (id, offset) of every AdaptiveDataLoader whose batch is in the user's hands, outermost
+        # first: what a metric created inside a loop body is scoped to (adl.client_lib.accumulator).
+        self.feeding_path: tuple[tuple[int, int], ...] = ()
+        # Set by an AdaptiveDataLoader when a training pass (gradients enabled) of an epoch
+        # after the first starts outside ``remaining_epochs_until``: a hand-written epoch loop,
+        # which a restart sends back to its first epoch.
+        self.manual_epoch_loop = False
         # Epoch bookkeeping (adl.client_lib.epoch) and the declared length of the run.
         self.total_epochs: int | None = None
         self.dataset_size: int | None = None
@@ -128,6 +135,10 @@ class JobContext:
     def pending_restored(self) -> dict[str, Any]:
         """States of the last checkpoint that nothing has registered (yet) in this run."""
         return dict(self._restored)
+
+    def state(self, name: str) -> Checkpointable | None:
+        """The registered state called ``name`` (no copy of the registry, unlike ``states``)."""
+        return self._states.get(name)
 
     def unregister(self, name: str) -> None:
         self._states.pop(name, None)

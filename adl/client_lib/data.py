@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -216,6 +217,7 @@ class AdaptiveDataLoader:
         self._restored_world = 0
         self._decided = False
         self._passed_here = False  # a pass of the current epoch ended in this process
+        self._iter_len: int | None = None  # batches of the iteration under way, for __len__
         self._ctx: JobContext = context()
         if self._ctx.init_batch_size is None:
             self._ctx.init_batch_size = batch_size
@@ -333,7 +335,35 @@ class AdaptiveDataLoader:
         """Move to where the next iteration starts; True when a new pass starts."""
         self._epoch, self._offset = self._next_position()
         self._passed_here = False
+        self._check_epoch_loop()
         return self._offset == 0
+
+    def _check_epoch_loop(self) -> None:
+        """Warn (once per job) about training epochs looped by hand, ``for epoch in range(n)``.
+
+        Such a loop starts again at 0 after every restart while this loader goes on with the
+        epoch it stopped in, so the job trains more epochs than asked and its epoch numbers
+        mean nothing. Seen as a training pass (gradients enabled: not a validation pass) of an
+        epoch after the first, outside ``remaining_epochs_until``; after a restart that is the
+        first pass already.
+        """
+        ctx = self._ctx
+        state = ctx.state(EPOCH_STATE)
+        if self._epoch == 0 or not torch.is_grad_enabled():
+            return
+        if isinstance(state, EpochState) and state.active:
+            return
+        if ctx.manual_epoch_loop:
+            return
+        ctx.manual_epoch_loop = True
+        warnings.warn(
+            f"AdaptiveDataLoader {self._name} starts training epoch {self._epoch} outside "
+            f"adl.remaining_epochs_until(): a hand-written epoch loop (for epoch in range(n)) "
+            f"starts again at epoch 0 after every restart, training more epochs than asked. "
+            f"Loop with `for epoch in adl.remaining_epochs_until(n):` instead",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _indices(self, plan: Sequence[MicroBatch], order: list[int]) -> list[list[int]]:
         rank = self._ctx.rank
@@ -352,6 +382,7 @@ class AdaptiveDataLoader:
         local, accum = self._current_config()
         size = self._size
         plan = plan_micro_batches(size, self._offset, ctx.world_size, local, self.drop_last)
+        self._iter_len = len(plan)
         if not plan and self._offset == 0 and size > 0:
             self._warn_empty(size, ctx.world_size, local)
         order = epoch_order(size, self._epoch, self.shuffle, self.seed)
@@ -362,7 +393,7 @@ class AdaptiveDataLoader:
         last = len(plan) - 1
         # a loader iterated inside another's loop (validation in a training step) hands the
         # outer loader's counts back when it is done: the step's forward needs them
-        outer = ctx.feeding_loader, ctx.global_micro_batch
+        outer = ctx.feeding_loader, ctx.global_micro_batch, ctx.feeding_path
         try:
             for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
                 if i % per_step == 0 and monitor is not None and monitor.poll():
@@ -372,9 +403,11 @@ class AdaptiveDataLoader:
                 # the step) or after a ``break`` must not replay this batch.
                 self._offset = mb.offset + mb.size
                 ctx.feeding_loader, ctx.global_micro_batch = self, mb.size
+                ctx.feeding_path = (*outer[2], (id(self), mb.offset))
                 yield batch
         finally:
-            ctx.feeding_loader, ctx.global_micro_batch = outer
+            ctx.feeding_loader, ctx.global_micro_batch, ctx.feeding_path = outer
+            self._iter_len = None
         self._offset = size  # the epoch is done (a dropped tail counts as done)
         self._passed_here = True
         ctx.is_sync_step = True
@@ -398,7 +431,15 @@ class AdaptiveDataLoader:
         )
 
     def __len__(self) -> int:
-        """Micro-batches this replica still takes in the current epoch."""
+        """The number of batches (micro-batches, with gradient accumulation) an iteration yields.
+
+        While iterating: that iteration's whole count, fixed at its start, so ``i / len(loader)``
+        and progress bars reach exactly 100% (after a restart mid-epoch, the batches left in the
+        epoch). Otherwise: what the next iteration would yield with the current batch
+        configuration (it may change when that iteration starts a new epoch).
+        """
+        if self._iter_len is not None:
+            return self._iter_len
         local, _ = self._current_config()
         _, offset = self._next_position()
         size = self._size
