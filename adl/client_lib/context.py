@@ -92,6 +92,10 @@ class JobContext:
         # after the first starts outside ``remaining_epochs_until``: a hand-written epoch loop,
         # which a restart sends back to its first epoch.
         self.manual_epoch_loop = False
+        # Whether an AdaptiveDataLoader was ever iterated in this process, and whether a
+        # training batch from elsewhere (a plain DataLoader) was already warned about.
+        self.loader_iterated = False
+        self.warned_unsharded = False
         # Epoch bookkeeping (adl.client_lib.epoch) and the declared length of the run.
         self.total_epochs: int | None = None
         self.dataset_size: int | None = None

@@ -129,6 +129,28 @@ def choose_config(
     return base
 
 
+def warn_if_unsharded(ctx: Any, world_size: int) -> None:
+    """Warn once when several replicas train on batches no AdaptiveDataLoader handed out.
+
+    Called by AdaptiveDataParallel for such a batch. A plain ``torch.utils.data.DataLoader``
+    gives every replica the whole dataset: each epoch trains on it ``world_size`` times, the
+    batch size and the learning rate are off, and a restart replays the epoch from its start.
+    """
+    if world_size < 2 or getattr(ctx, "loader_iterated", True):
+        return
+    if getattr(ctx, "warned_unsharded", True):
+        return
+    ctx.warned_unsharded = True
+    warnings.warn(
+        f"training with {world_size} replicas on batches that no adl.AdaptiveDataLoader handed "
+        f"out: a plain torch DataLoader gives every replica the whole dataset (each sample is "
+        f"trained on {world_size} times per epoch) and does not resume after a restart. Use "
+        f"adl.AdaptiveDataLoader(dataset, batch_size=..., shuffle=...) instead",
+        UserWarning,
+        stacklevel=6,
+    )
+
+
 # ---------------------------------------------------------------------------- the loader
 
 
@@ -375,6 +397,7 @@ class AdaptiveDataLoader:
 
     def __iter__(self) -> Iterator[Any]:
         ctx = self._ctx
+        ctx.loader_iterated = True
         new_epoch = self._sync_epoch()
         if new_epoch or not self._decided:
             self._decide()

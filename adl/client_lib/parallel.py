@@ -337,6 +337,10 @@ class AdaptiveDataParallel(nn.Module):
         samples = _ctx_attr(ctx, "global_micro_batch", None)
         if ctx is None or loader is None or samples is None:
             self._cycle_samples = None
+            if loader is None:  # a plain DataLoader under several replicas: warn once
+                from adl.client_lib.data import warn_if_unsharded
+
+                warn_if_unsharded(ctx, self.world_size)
             return
         if not self._loader_claimed:
             self._loader_claimed = True
