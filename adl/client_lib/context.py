@@ -100,6 +100,9 @@ class JobContext:
         self.total_epochs: int | None = None
         self.dataset_size: int | None = None
         self._goodput_provider: GoodputProvider | None = None
+        # The LR factor the training wrapper would apply at a given global batch size (set by
+        # AdaptiveDataParallel), for the loader's log line when the batch size changes.
+        self.lr_scale_provider: Callable[[int], float] | None = None
         self.preemption: Any | None = None  # a PreemptionMonitor once init_process_group ran
         # A CPU (gloo) group for small control collectives (batch-size broadcast, metrics,
         # checkpoint barrier), kept apart from the training group's gradient traffic.

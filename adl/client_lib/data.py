@@ -311,6 +311,9 @@ class AdaptiveDataLoader:
     def _decide(self) -> None:
         """Pick the configuration on rank 0 and share it (start of an epoch or a run)."""
         ctx = self._ctx
+        before = None
+        if self._config is not None:
+            before = (self._restored_world or ctx.world_size, *self._config)
         if self._bounds is None:
             # Fixed batch: B0 split over the replicas; a restored split from another world size
             # does not apply.
@@ -330,11 +333,42 @@ class AdaptiveDataLoader:
                 buf = torch.tensor(config, dtype=torch.int64)
                 dist.broadcast(buf, src=0, group=ctx.cpu_group)
                 config = (int(buf[0]), int(buf[1]))
-            if config != self._config:
-                log.info("batch configuration: local_bsz=%d accum_steps=%d", *config)
             self._config = config
         self._restored_world = ctx.world_size
         ctx.local_bsz, ctx.accum_steps = self._current_config()
+        self._log_config(before)
+
+    def _log_config(self, before: tuple[int, int, int] | None) -> None:
+        """One INFO line on rank 0 when the batch configuration (and with it the LR) changes.
+
+        ``before`` is (replicas, local batch, accumulation steps) of the last configuration, the
+        checkpoint's after a restart. The LR scales are those AdaptiveDataParallel applies at
+        the old and new batch sizes with its current statistics (between such changes the LR
+        scale only drifts as the statistics are refined, which is not logged).
+        """
+        ctx = self._ctx
+        local, accum = self._current_config()
+        after = (ctx.world_size, local, accum)
+        if ctx.rank != 0 or after == before:
+            return
+        batch = ctx.world_size * local * (accum + 1)
+        old_batch = before[0] * before[1] * (before[2] + 1) if before else None
+        provider = ctx.lr_scale_provider
+        lr = old_lr = None
+        if provider is not None:
+            try:
+                lr = provider(batch)
+                old_lr = provider(old_batch) if old_batch else None
+            except Exception:  # statistics not usable yet: leave the LR out of the line
+                log.debug("no LR scale for the batch-size log line", exc_info=True)
+        sizes = f"{old_batch} -> {batch}" if old_batch else f"{batch}"
+        line = (
+            f"adl: batch size {sizes} (local {local} x {ctx.world_size} replicas, "
+            f"accumulation {accum})"
+        )
+        if lr is not None:
+            line += f", lr scale {old_lr:.2f} -> {lr:.2f}" if old_lr else f", lr scale {lr:.2f}"
+        log.info("%s", line)
 
     # ------------------------------------------------------------------ iteration
 

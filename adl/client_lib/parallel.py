@@ -49,7 +49,13 @@ from adl.client_lib.context import get_context, has_context
 from adl.client_lib.gns import GradientNoiseEstimator, flat_sq_norm, grouped_sq_norms
 from adl.client_lib.profile import Profile
 from adl.client_lib.reporter import HintsReporter, build_hints
-from adl.client_lib.scaling import Progress, ScalingRule, adascale_gain, default_rule
+from adl.client_lib.scaling import (
+    Progress,
+    ScalingRule,
+    adascale_gain,
+    default_rule,
+    predicted_lr_scale,
+)
 from adl.models import Hints
 from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams
 
@@ -728,6 +734,7 @@ class AdaptiveDataParallel(nn.Module):
         setter = getattr(ctx, "set_goodput_provider", None)
         if callable(setter):
             setter(self.goodput_fn)
+            ctx.lr_scale_provider = functools.partial(predicted_lr_scale, self)
         elif hasattr(ctx, "goodput_provider"):
             ctx.goodput_provider = self.goodput_fn
 

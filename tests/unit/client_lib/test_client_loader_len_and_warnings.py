@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable
 
 import pytest
 import torch
+from torch import nn
 from torch.utils.data import TensorDataset
 
 import adl
@@ -88,3 +90,33 @@ def test_no_warning_for_epochs_or_repeated_validation(make_context: MakeContext)
             with torch.no_grad():
                 for _batch in val:
                     pass
+
+
+def test_batch_configuration_changes_are_logged_with_the_lr_scale(
+    make_context: MakeContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="adl.client_lib.data")
+    ctx = make_context()
+    loader = adl.AdaptiveDataLoader(_data(32), batch_size=8, name="d")
+    model = nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    adl.AdaptiveDataParallel(model, opt, report=False)
+    for _ in adl.remaining_epochs_until(2):
+        for _batch in loader:
+            pass
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("adl: ")]
+    assert lines == ["adl: batch size 8 (local 8 x 1 replicas, accumulation 0), lr scale 1.00"]
+    ctx.save()
+    # Restarted with a micro-batch bound that the checkpoint's configuration exceeds.
+    caplog.clear()
+    make_context()
+    loader = adl.AdaptiveDataLoader(_data(32), batch_size=8, name="d")
+    loader.autoscale_batch_size(16, local_bsz_bounds=(1, 2))
+    model = nn.Linear(1, 1)
+    adl.AdaptiveDataParallel(model, torch.optim.SGD(model.parameters(), lr=0.1), report=False)
+    for _ in adl.remaining_epochs_until(3):
+        next(iter(loader))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("adl: ")]
+    assert lines == [
+        "adl: batch size 8 -> 8 (local 2 x 1 replicas, accumulation 3), lr scale 1.00 -> 1.00"
+    ]
