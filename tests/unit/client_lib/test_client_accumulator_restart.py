@@ -204,3 +204,23 @@ def test_counts_stay_integers(make_context: MakeContext) -> None:
     with acc.synchronized() as totals:
         assert dict(totals) == {"n": 5, "k": 1, "loss": 1.25}
         assert [type(totals[k]) for k in ("n", "k", "loss")] == [int, int, float]
+
+
+def test_track_called_every_epoch_keeps_and_resumes_the_value(make_context: MakeContext) -> None:
+    def script(stop_epoch: int | None) -> dict[str, Any]:
+        ctx = make_context()
+        loader = adl.AdaptiveDataLoader(TensorDataset(torch.arange(6)), batch_size=3, name="d")
+        best = {"value": -1, "epoch": -1}
+        for epoch in adl.remaining_epochs_until(4):
+            adl.track("best", best)  # inside the loop, as in a save_best() helper
+            for _batch in loader:
+                if epoch == stop_epoch and ctx.preemption is not None:
+                    ctx.preemption.request_stop()
+            score = [3, 7, 5, 6][epoch]
+            if score > best["value"]:
+                best.update(value=score, epoch=epoch)
+        return best
+
+    with pytest.raises(SystemExit):
+        script(stop_epoch=2)
+    assert script(stop_epoch=None) == {"value": 7, "epoch": 1}
