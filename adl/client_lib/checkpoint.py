@@ -195,7 +195,16 @@ class Tracked:
 def track(name: str, obj: Any) -> bool:
     """Include ``obj`` (a dict of the script's own state, or anything with ``state_dict`` and
     ``load_state_dict``) in every checkpoint under ``name``; True if it was just restored.
-    Every rank should track the same names; rank 0's copy is the one saved."""
+    Every rank should track the same names; rank 0's copy is the one saved.
+
+    Calling it again with the same name (say, in a function run every epoch) is allowed: the
+    same object stays tracked as it is; another object replaces it from then on."""
     from adl.client_lib.env import context
 
-    return context().register(Tracked(name, obj))
+    ctx = context()
+    current = ctx.state(name)
+    if isinstance(current, Tracked):
+        if current.obj is obj:
+            return False
+        ctx.unregister(name)
+    return ctx.register(Tracked(name, obj))

@@ -85,10 +85,24 @@ class JobContext:
         # same on every rank, unlike this replica's share at the uneven tail of an epoch).
         self.feeding_loader: Any | None = None
         self.global_micro_batch: int | None = None
+        # (id, offset) of every AdaptiveDataLoader whose batch is in the user's hands, outermost
+        # first: what a metric created inside a loop body is scoped to (adl.client_lib.accumulator).
+        self.feeding_path: tuple[tuple[int, int], ...] = ()
+        # Set by an AdaptiveDataLoader when a training pass (gradients enabled) of an epoch
+        # after the first starts outside ``remaining_epochs_until``: a hand-written epoch loop,
+        # which a restart sends back to its first epoch.
+        self.manual_epoch_loop = False
+        # Whether an AdaptiveDataLoader was ever iterated in this process, and whether a
+        # training batch from elsewhere (a plain DataLoader) was already warned about.
+        self.loader_iterated = False
+        self.warned_unsharded = False
         # Epoch bookkeeping (adl.client_lib.epoch) and the declared length of the run.
         self.total_epochs: int | None = None
         self.dataset_size: int | None = None
         self._goodput_provider: GoodputProvider | None = None
+        # The LR factor the training wrapper would apply at a given global batch size (set by
+        # AdaptiveDataParallel), for the loader's log line when the batch size changes.
+        self.lr_scale_provider: Callable[[int], float] | None = None
         self.preemption: Any | None = None  # a PreemptionMonitor once init_process_group ran
         # A CPU (gloo) group for small control collectives (batch-size broadcast, metrics,
         # checkpoint barrier), kept apart from the training group's gradient traffic.
@@ -128,6 +142,10 @@ class JobContext:
     def pending_restored(self) -> dict[str, Any]:
         """States of the last checkpoint that nothing has registered (yet) in this run."""
         return dict(self._restored)
+
+    def state(self, name: str) -> Checkpointable | None:
+        """The registered state called ``name`` (no copy of the registry, unlike ``states``)."""
+        return self._states.get(name)
 
     def unregister(self, name: str) -> None:
         self._states.pop(name, None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,28 @@ def choose_config(
     return base
 
 
+def warn_if_unsharded(ctx: Any, world_size: int) -> None:
+    """Warn once when several replicas train on batches no AdaptiveDataLoader handed out.
+
+    Called by AdaptiveDataParallel for such a batch. A plain ``torch.utils.data.DataLoader``
+    gives every replica the whole dataset: each epoch trains on it ``world_size`` times, the
+    batch size and the learning rate are off, and a restart replays the epoch from its start.
+    """
+    if world_size < 2 or getattr(ctx, "loader_iterated", True):
+        return
+    if getattr(ctx, "warned_unsharded", True):
+        return
+    ctx.warned_unsharded = True
+    warnings.warn(
+        f"training with {world_size} replicas on batches that no adl.AdaptiveDataLoader handed "
+        f"out: a plain torch DataLoader gives every replica the whole dataset (each sample is "
+        f"trained on {world_size} times per epoch) and does not resume after a restart. Use "
+        f"adl.AdaptiveDataLoader(dataset, batch_size=..., shuffle=...) instead",
+        UserWarning,
+        stacklevel=6,
+    )
+
+
 # ---------------------------------------------------------------------------- the loader
 
 
@@ -216,6 +239,7 @@ class AdaptiveDataLoader:
         self._restored_world = 0
         self._decided = False
         self._passed_here = False  # a pass of the current epoch ended in this process
+        self._iter_len: int | None = None  # batches of the iteration under way, for __len__
         self._ctx: JobContext = context()
         if self._ctx.init_batch_size is None:
             self._ctx.init_batch_size = batch_size
@@ -287,6 +311,9 @@ class AdaptiveDataLoader:
     def _decide(self) -> None:
         """Pick the configuration on rank 0 and share it (start of an epoch or a run)."""
         ctx = self._ctx
+        before = None
+        if self._config is not None:
+            before = (self._restored_world or ctx.world_size, *self._config)
         if self._bounds is None:
             # Fixed batch: B0 split over the replicas; a restored split from another world size
             # does not apply.
@@ -306,11 +333,42 @@ class AdaptiveDataLoader:
                 buf = torch.tensor(config, dtype=torch.int64)
                 dist.broadcast(buf, src=0, group=ctx.cpu_group)
                 config = (int(buf[0]), int(buf[1]))
-            if config != self._config:
-                log.info("batch configuration: local_bsz=%d accum_steps=%d", *config)
             self._config = config
         self._restored_world = ctx.world_size
         ctx.local_bsz, ctx.accum_steps = self._current_config()
+        self._log_config(before)
+
+    def _log_config(self, before: tuple[int, int, int] | None) -> None:
+        """One INFO line on rank 0 when the batch configuration (and with it the LR) changes.
+
+        ``before`` is (replicas, local batch, accumulation steps) of the last configuration, the
+        checkpoint's after a restart. The LR scales are those AdaptiveDataParallel applies at
+        the old and new batch sizes with its current statistics (between such changes the LR
+        scale only drifts as the statistics are refined, which is not logged).
+        """
+        ctx = self._ctx
+        local, accum = self._current_config()
+        after = (ctx.world_size, local, accum)
+        if ctx.rank != 0 or after == before:
+            return
+        batch = ctx.world_size * local * (accum + 1)
+        old_batch = before[0] * before[1] * (before[2] + 1) if before else None
+        provider = ctx.lr_scale_provider
+        lr = old_lr = None
+        if provider is not None:
+            try:
+                lr = provider(batch)
+                old_lr = provider(old_batch) if old_batch else None
+            except Exception:  # statistics not usable yet: leave the LR out of the line
+                log.debug("no LR scale for the batch-size log line", exc_info=True)
+        sizes = f"{old_batch} -> {batch}" if old_batch else f"{batch}"
+        line = (
+            f"adl: batch size {sizes} (local {local} x {ctx.world_size} replicas, "
+            f"accumulation {accum})"
+        )
+        if lr is not None:
+            line += f", lr scale {old_lr:.2f} -> {lr:.2f}" if old_lr else f", lr scale {lr:.2f}"
+        log.info("%s", line)
 
     # ------------------------------------------------------------------ iteration
 
@@ -333,7 +391,35 @@ class AdaptiveDataLoader:
         """Move to where the next iteration starts; True when a new pass starts."""
         self._epoch, self._offset = self._next_position()
         self._passed_here = False
+        self._check_epoch_loop()
         return self._offset == 0
+
+    def _check_epoch_loop(self) -> None:
+        """Warn (once per job) about training epochs looped by hand, ``for epoch in range(n)``.
+
+        Such a loop starts again at 0 after every restart while this loader goes on with the
+        epoch it stopped in, so the job trains more epochs than asked and its epoch numbers
+        mean nothing. Seen as a training pass (gradients enabled: not a validation pass) of an
+        epoch after the first, outside ``remaining_epochs_until``; after a restart that is the
+        first pass already.
+        """
+        ctx = self._ctx
+        state = ctx.state(EPOCH_STATE)
+        if self._epoch == 0 or not torch.is_grad_enabled():
+            return
+        if isinstance(state, EpochState) and state.active:
+            return
+        if ctx.manual_epoch_loop:
+            return
+        ctx.manual_epoch_loop = True
+        warnings.warn(
+            f"AdaptiveDataLoader {self._name} starts training epoch {self._epoch} outside "
+            f"adl.remaining_epochs_until(): a hand-written epoch loop (for epoch in range(n)) "
+            f"starts again at epoch 0 after every restart, training more epochs than asked. "
+            f"Loop with `for epoch in adl.remaining_epochs_until(n):` instead",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _indices(self, plan: Sequence[MicroBatch], order: list[int]) -> list[list[int]]:
         rank = self._ctx.rank
@@ -345,6 +431,7 @@ class AdaptiveDataLoader:
 
     def __iter__(self) -> Iterator[Any]:
         ctx = self._ctx
+        ctx.loader_iterated = True
         new_epoch = self._sync_epoch()
         if new_epoch or not self._decided:
             self._decide()
@@ -352,6 +439,7 @@ class AdaptiveDataLoader:
         local, accum = self._current_config()
         size = self._size
         plan = plan_micro_batches(size, self._offset, ctx.world_size, local, self.drop_last)
+        self._iter_len = len(plan)
         if not plan and self._offset == 0 and size > 0:
             self._warn_empty(size, ctx.world_size, local)
         order = epoch_order(size, self._epoch, self.shuffle, self.seed)
@@ -362,7 +450,7 @@ class AdaptiveDataLoader:
         last = len(plan) - 1
         # a loader iterated inside another's loop (validation in a training step) hands the
         # outer loader's counts back when it is done: the step's forward needs them
-        outer = ctx.feeding_loader, ctx.global_micro_batch
+        outer = ctx.feeding_loader, ctx.global_micro_batch, ctx.feeding_path
         try:
             for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
                 if i % per_step == 0 and monitor is not None and monitor.poll():
@@ -372,9 +460,11 @@ class AdaptiveDataLoader:
                 # the step) or after a ``break`` must not replay this batch.
                 self._offset = mb.offset + mb.size
                 ctx.feeding_loader, ctx.global_micro_batch = self, mb.size
+                ctx.feeding_path = (*outer[2], (id(self), mb.offset))
                 yield batch
         finally:
-            ctx.feeding_loader, ctx.global_micro_batch = outer
+            ctx.feeding_loader, ctx.global_micro_batch, ctx.feeding_path = outer
+            self._iter_len = None
         self._offset = size  # the epoch is done (a dropped tail counts as done)
         self._passed_here = True
         ctx.is_sync_step = True
@@ -398,7 +488,15 @@ class AdaptiveDataLoader:
         )
 
     def __len__(self) -> int:
-        """Micro-batches this replica still takes in the current epoch."""
+        """The number of batches (micro-batches, with gradient accumulation) an iteration yields.
+
+        While iterating: that iteration's whole count, fixed at its start, so ``i / len(loader)``
+        and progress bars reach exactly 100% (after a restart mid-epoch, the batches left in the
+        epoch). Otherwise: what the next iteration would yield with the current batch
+        configuration (it may change when that iteration starts a new epoch).
+        """
+        if self._iter_len is not None:
+            return self._iter_len
         local, _ = self._current_config()
         _, offset = self._next_position()
         size = self._size

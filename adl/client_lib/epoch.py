@@ -24,6 +24,9 @@ class EpochState:
     def __init__(self) -> None:
         self.epoch = 0
         self.active = False
+        # In this process only (not checkpointed): whether a remaining_epochs_until loop has
+        # ended, so code after it is told apart from code before it (see ``segment``).
+        self.looped = False
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch}
@@ -57,6 +60,7 @@ def remaining_epochs_until(epochs: int) -> Iterator[int]:
             state.epoch += 1
     finally:
         state.active = False
+        state.looped = True
 
 
 def current_epoch() -> int | None:
@@ -66,3 +70,24 @@ def current_epoch() -> int | None:
     if isinstance(state, EpochState) and state.active:
         return state.epoch
     return None
+
+
+BEFORE = "before"
+AFTER = "after"
+
+
+def segment(ctx: JobContext) -> str | int:
+    """Which part of the script runs now, in terms a restart replays identically: the epoch of
+    an active ``remaining_epochs_until`` loop, or the code ``BEFORE`` or ``AFTER`` that loop.
+
+    A restarted script runs the code before the loop again, skips the finished epochs and
+    re-enters the epoch it stopped in, so two objects created at the same point of the same
+    segment are the same object across a restart (see :mod:`adl.client_lib.accumulator`).
+    """
+    state = ctx.state(STATE_NAME)
+    if isinstance(state, EpochState):
+        if state.active:
+            return state.epoch
+        if state.looped:
+            return AFTER
+    return BEFORE

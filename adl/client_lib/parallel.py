@@ -50,7 +50,13 @@ from adl.client_lib.context import get_context, has_context
 from adl.client_lib.gns import GradientNoiseEstimator, flat_sq_norm, grouped_sq_norms
 from adl.client_lib.profile import Profile
 from adl.client_lib.reporter import HintsReporter, build_hints, current_batch
-from adl.client_lib.scaling import Progress, ScalingRule, adascale_gain, default_rule
+from adl.client_lib.scaling import (
+    Progress,
+    ScalingRule,
+    adascale_gain,
+    default_rule,
+    predicted_lr_scale,
+)
 from adl.models import Hints
 from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams
 
@@ -338,6 +344,10 @@ class AdaptiveDataParallel(nn.Module):
         samples = _ctx_attr(ctx, "global_micro_batch", None)
         if ctx is None or loader is None or samples is None:
             self._cycle_samples = None
+            if loader is None:  # a plain DataLoader under several replicas: warn once
+                from adl.client_lib.data import warn_if_unsharded
+
+                warn_if_unsharded(ctx, self.world_size)
             return
         if not self._loader_claimed:
             self._loader_claimed = True
@@ -733,6 +743,7 @@ class AdaptiveDataParallel(nn.Module):
         setter = getattr(ctx, "set_goodput_provider", None)
         if callable(setter):
             setter(self.goodput_fn)
+            ctx.lr_scale_provider = functools.partial(predicted_lr_scale, self)
         elif hasattr(ctx, "goodput_provider"):
             ctx.goodput_provider = self.goodput_fn
 

@@ -154,3 +154,14 @@ def rule_from_name(name: str) -> ScalingRule:
         return _BY_NAME[name.lower()]()
     except KeyError:
         raise ValueError(f"unknown scaling rule {name!r}; choose from {sorted(_BY_NAME)}") from None
+
+
+def predicted_lr_scale(adp: Any, batch_size: int) -> float:
+    """The LR factor AdaptiveDataParallel ``adp`` would apply to its first parameter group at
+    ``batch_size`` with its statistics now (for the data loader's log line; no host sync)."""
+    b0 = adp.init_batch_size
+    stats = adp.gns.group_grad_params(b0)
+    groups: list[GradParams | None] = (
+        list(stats) if stats else [None] * len(adp.optimizer.param_groups)
+    )
+    return float(adp.scaling_rule.factors(batch_size / b0, groups, adp.progress)[0])

@@ -80,4 +80,5 @@ def test_sigterm_on_one_rank_stops_all_at_the_same_step(tmp_path: Path) -> None:
     assert len(set(steps)) == 1 and 2 < steps[0] < 300 // 18  # same step, before the end
     states = torch.load(ckpt / "adl-checkpoint.pt", weights_only=True)["states"]
     assert states["adl.loader.0"]["offset"] == steps[0] * 18
-    assert states["metrics"]["total"]["samples"] == steps[0] * 18
+    metrics = states["adl.accumulators"]["entries"]["before/metrics#0"]
+    assert metrics["total"]["samples"] == steps[0] * 18

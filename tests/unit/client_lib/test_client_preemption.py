@@ -87,7 +87,7 @@ def test_a_stop_file_makes_the_loader_checkpoint_and_exit_143(
     states = checkpoint.load(tmp_path / "ckpt")
     assert states is not None
     assert states["data"]["offset"] == 12
-    assert states["metrics"]["total"] == {"samples": 12.0}
+    assert states["adl.accumulators"]["entries"]["before/metrics#0"]["total"] == {"samples": 12}
 
 
 def test_check_preemption_for_custom_loops(make_context: MakeContext, tmp_path: Path) -> None:
