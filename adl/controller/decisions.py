@@ -113,6 +113,8 @@ def explain(
         if info is None:
             continue
         before = previous.get(key, [])
+        if before and sorted(before) == sorted(after):
+            continue  # the same placement, only recorded now (e.g. the first round it sees)
         bigger = len(after) > len(before)
         smaller = len(after) < len(before)
         out[key] = Decision(

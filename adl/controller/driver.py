@@ -67,7 +67,7 @@ class Driver:
         self.speedups = SpeedupCache()
         self.rounds = RoundLog()
         self.on_round = on_round  # e.g. the round-latency histogram
-        self._clock = clock
+        self.clock = clock  # monotonic seconds: service accrues by its differences
         self._accrued_at: dict[str, float] = {}
 
     def step_job(self, job: JobRecord, now: datetime) -> list[Action]:
@@ -96,7 +96,7 @@ class Driver:
         """``jobs`` with the GPU-time each ran since the previous round added (least attained
         service needs it); the new totals are persisted. A job seen for the first time (or
         after a restart of the backend) starts its clock now."""
-        now = self._clock()
+        now = self.clock()
         out, service = [], {}
         for job in jobs:
             since = self._accrued_at.get(job.key)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,7 +29,8 @@ from adl.models import (
     RestartCause,
 )
 from adl.sched.policy import AdlPolicy
-from adl.sched.types import Allocation, JobInfo, NodeInfo, linear_speedup
+from adl.sched.types import NodeInfo, linear_speedup
+from tests.fakes import GreedyPolicy
 
 NOW = datetime(2024, 5, 1, tzinfo=UTC)
 TEMPLATE = {"spec": {"containers": [{"name": "t", "command": ["python"]}]}}
@@ -51,27 +51,6 @@ def record(
         created=NOW - timedelta(seconds=age_s),
         desired=desired,
     )
-
-
-class FakePolicy:
-    """Gives each job, oldest first, up to its max replicas from a pool of slots."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[list[JobInfo], list[NodeInfo], dict[str, list[str]]]] = []
-
-    def optimize(
-        self,
-        jobs: Sequence[JobInfo],
-        nodes: Sequence[NodeInfo],
-        previous: Mapping[str, list[str]],
-    ) -> Allocation:
-        self.calls.append((list(jobs), list(nodes), dict(previous)))
-        free = [n.name for n in nodes for _ in range(n.gpus)]
-        out: Allocation = {}
-        for job in sorted(jobs, key=lambda j: j.submit_order):
-            take = min(job.max_replicas, len(free))
-            out[job.name], free = free[:take], free[take:]
-        return out
 
 
 HINTS = Hints(
@@ -131,7 +110,7 @@ def test_job_info_before_any_report_is_optimistic() -> None:
 
 
 def test_round_skips_finished_and_suspended_and_orders_by_age() -> None:
-    policy = FakePolicy()
+    policy = GreedyPolicy()
     jobs = [
         record("young", age_s=10, spec={"max_replicas": 3}),
         record(
@@ -158,7 +137,7 @@ def test_round_skips_finished_and_suspended_and_orders_by_age() -> None:
 def test_a_job_that_reported_all_its_work_done_keeps_its_slots() -> None:
     """It is exiting: moving it would kill a finished run and restart it from an older
     checkpoint. The policy shares out only the other slots."""
-    policy = FakePolicy()
+    policy = GreedyPolicy()
     done = HINTS.model_copy(update={"progress": 1000.0, "total_progress": 1000.0})
     almost = HINTS.model_copy(update={"progress": 999.0, "total_progress": 1000.0})
     jobs = [
@@ -178,7 +157,7 @@ def test_a_job_that_reported_all_its_work_done_keeps_its_slots() -> None:
     assert result.allocation["ns/busy"] == ["n0", "n0", "n1"]
     # without a declared total, nothing is pinned
     free = HINTS.model_copy(update={"progress": 5000.0, "total_progress": None})
-    policy2 = FakePolicy()
+    policy2 = GreedyPolicy()
     jobs2 = [record("x", phase=Phase.RUNNING, allocation=["n0"], desired=["n0"], hints=free)]
     plan_round(policy2, jobs2, [NodeInfo("n0", 4)], NOW)
     assert [i.name for i in policy2.calls[0][0]] == ["ns/x"]
@@ -196,10 +175,10 @@ def test_a_job_that_says_it_is_done_but_keeps_running_is_pinned_for_a_while_only
                      hints=zero, finishing_since=finishing_since)  # fmt: skip
         return [low, record("high", spec={"max_replicas": 4, "priority": 100})]
 
-    fresh = FakePolicy()
+    fresh = GreedyPolicy()
     plan_round(fresh, jobs(NOW - timedelta(seconds=60)), [NodeInfo("n0", 4)], NOW)
     assert [i.name for i in fresh.calls[0][0]] == ["ns/high"]  # pinned: saving and exiting
-    late = FakePolicy()
+    late = GreedyPolicy()
     plan_round(late, jobs(since), [NodeInfo("n0", 4)], NOW)
     assert {i.name for i in late.calls[0][0]} == {"ns/low", "ns/high"}
     result = plan_round(AdlPolicy(), jobs(since), [NodeInfo("n0", 4)], NOW)
@@ -208,7 +187,7 @@ def test_a_job_that_says_it_is_done_but_keeps_running_is_pinned_for_a_while_only
 
 def test_unchanged_allocation_is_not_reported() -> None:
     jobs = [record("a", spec={"max_replicas": 2}, desired=["n0", "n0"])]
-    result = plan_round(FakePolicy(), jobs, [NodeInfo("n0", 2)], NOW)
+    result = plan_round(GreedyPolicy(), jobs, [NodeInfo("n0", 2)], NOW)
     assert result.changed == {}
 
 
@@ -217,16 +196,16 @@ def test_a_new_job_left_waiting_has_that_answer_recorded_once() -> None:
     empty answer must be recorded too, or every event of the waiting job would force one."""
     running = record("a", age_s=10, spec={"max_replicas": 2}, phase=Phase.RUNNING,
                      allocation=["n0", "n0"], desired=["n0", "n0"])  # fmt: skip
-    first = plan_round(FakePolicy(), [running, record("b")], [NodeInfo("n0", 2)], NOW)
+    first = plan_round(GreedyPolicy(), [running, record("b")], [NodeInfo("n0", 2)], NOW)
     assert first.changed == {"ns/b": []}
-    again = plan_round(FakePolicy(), [running, record("b", desired=[])], [NodeInfo("n0", 2)], NOW)
+    again = plan_round(GreedyPolicy(), [running, record("b", desired=[])], [NodeInfo("n0", 2)], NOW)
     assert again.changed == {}
 
 
 def test_a_resumed_job_takes_part_holding_nothing() -> None:
     """spec.suspend cleared, phase still Suspended: its next group will start on this round's
     answer, not on the one it had before (another job holds that GPU now)."""
-    policy = FakePolicy()
+    policy = GreedyPolicy()
     holder = record("holder", age_s=20, phase=Phase.RUNNING, allocation=["n0"], desired=["n0"])
     back = record("back", age_s=10, phase=Phase.SUSPENDED, desired=["n0"])
     still = record("still", age_s=5, phase=Phase.SUSPENDED, spec={"suspend": True})
@@ -238,13 +217,13 @@ def test_a_resumed_job_takes_part_holding_nothing() -> None:
 
 
 def test_previous_falls_back_to_running_allocation() -> None:
-    policy = FakePolicy()
+    policy = GreedyPolicy()
     plan_round(policy, [record("a", phase=Phase.RUNNING, allocation=["n1"])], [], NOW)
     assert policy.calls[0][2] == {"ns/a": ["n1"]}
 
 
 def test_no_jobs_no_policy_call() -> None:
-    policy = FakePolicy()
+    policy = GreedyPolicy()
     assert plan_round(policy, [], [NodeInfo("n0", 1)], NOW).allocation == {}
     assert policy.calls == []
 
@@ -252,7 +231,7 @@ def test_no_jobs_no_policy_call() -> None:
 def test_run_round_times_the_policy_and_log_summarizes() -> None:
     log = RoundLog()
     for _ in range(3):
-        result = run_round(FakePolicy(), [record("a")], [NodeInfo("n0", 1)], NOW)
+        result = run_round(GreedyPolicy(), [record("a")], [NodeInfo("n0", 1)], NOW)
         assert result.duration_s > 0
         log.add(result)
     summary = log.summary()
@@ -314,7 +293,7 @@ def test_speedup_cache_reuses_functions_while_the_model_is_unchanged() -> None:
 
 def test_speedup_cache_forgets_jobs_that_left() -> None:
     cache = SpeedupCache()
-    policy = FakePolicy()
+    policy = GreedyPolicy()
     nodes = [NodeInfo("n0", 2)]
     plan_round(policy, [record("a", hints=HINTS), record("b")], nodes, NOW, cache)
     assert len(cache) == 2

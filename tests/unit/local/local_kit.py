@@ -9,6 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from adl.models import AdaptiveJobSpec
+from tests.fakes import FixedPolicy
+
+__all__ = ["FixedPolicy", "counter_spec", "wait_for"]
 
 WORKER = Path(__file__).with_name("counter_worker.py")
 
@@ -25,22 +28,6 @@ def counter_spec(*args: str, lo: int = 1, hi: int = 2, max_restarts: int = 3) ->
             "terminationGracePeriodSeconds": 5,
         }
     )  # fmt: skip
-
-
-class FixedPolicy:
-    """Gives each job ``replicas[name]`` slots (default its minimum); tests change the dict."""
-
-    def __init__(self) -> None:
-        self.replicas: dict[str, int] = {}
-
-    def optimize(self, jobs, nodes, previous):  # type: ignore[no-untyped-def]
-        out = {}
-        free = sum(n.gpus for n in nodes)
-        for j in jobs:
-            want = min(self.replicas.get(j.name.split("/")[1], max(j.min_replicas, 1)), free)
-            out[j.name] = [nodes[0].name] * want
-            free -= want
-        return out
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 30.0, every: float = 0.05) -> None:

@@ -4,7 +4,6 @@ that found another one running (it must not be lost)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -14,7 +13,7 @@ from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator.handlers import Runtime, round_soon, run_round
 from adl.operator.store import KubeStore
-from adl.sched.types import Allocation, JobInfo, NodeInfo
+from tests.fakes import EveryoneOneGpu, NoPolicy
 
 
 class EmptyCluster:
@@ -28,13 +27,6 @@ class EmptyCluster:
 
     def list_all_pods(self) -> list[dict[str, Any]]:
         return []
-
-
-class NoPolicy:
-    def optimize(
-        self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], previous: Mapping[str, list[str]]
-    ) -> Allocation:
-        return {}
 
 
 @pytest.fixture
@@ -124,13 +116,6 @@ class OneJobGone:
         if name == "gone":
             raise ApiException(status=404, reason="Not Found")
         self.patched.append(name)
-
-
-class EveryoneOneGpu(NoPolicy):
-    def optimize(
-        self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], previous: Mapping[str, list[str]]
-    ) -> Allocation:
-        return {j.name: ["n1"] for j in jobs}
 
 
 async def test_a_job_deleted_during_the_round_does_not_cost_the_others_their_answers(

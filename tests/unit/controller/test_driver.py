@@ -1,0 +1,291 @@
+"""The shared driver over every backend: one scenario through an in-memory backend, the local
+daemon (SQLite) and the Kubernetes backend (its objects in memory), with the same results.
+
+Before the driver, each backend ran its own round: only the daemon accrued attained service (so
+least-attained-service was off on Kubernetes), and neither kept speedup tables across rounds.
+Here every backend must (1) accrue service for the replicas each job runs, persisted where the
+backend keeps its state, and (2) hand the policy the same speedup function round after round
+while a job's model is unchanged, and a new one once it changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.driver import Driver
+from adl.controller.lifecycle import ObservedWorkers
+from adl.controller.rounds import JobRecord
+from adl.models import (
+    AdaptiveJobSpec,
+    AdaptiveJobStatus,
+    GradParamsModel,
+    Hints,
+    PerfParamsModel,
+    Phase,
+)
+from adl.sched.types import Allocation, JobInfo, NodeInfo
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+TEMPLATE = {"spec": {"containers": [{"name": "t", "image": "i", "command": ["python"]}]}}
+SPEC = AdaptiveJobSpec(template=TEMPLATE, min_replicas=1, max_replicas=4)
+#: job -> replicas it runs on node n1 throughout the scenario
+RUNNING = {"ns/a": 2, "ns/b": 1}
+
+
+def hints(alpha_c: float = 0.1) -> Hints:
+    return Hints(
+        init_batch_size=32,
+        max_batch_size=512,
+        local_bsz_bounds=(16, 128),
+        gradient_accumulation=True,
+        perf_params=PerfParamsModel(
+            alpha_c=alpha_c,
+            beta_c=0.01,
+            alpha_n=0.5,
+            beta_n=0.1,
+            alpha_r=0.1,
+            beta_r=0.01,
+            gamma=1.5,
+        ),
+        grad_params=GradParamsModel(sqr=1.0, var=10.0),
+        max_profiled_replicas=2,
+    )
+
+
+def running(replicas: int) -> AdaptiveJobStatus:
+    return AdaptiveJobStatus(
+        phase=Phase.RUNNING,
+        group=1,
+        replicas=replicas,
+        allocation=["n1"] * replicas,
+        hints=hints(),
+    )
+
+
+class KeepPolicy:
+    """Keeps every job where it is; records the speedup function object it got per job."""
+
+    def __init__(self) -> None:
+        # the functions themselves, not their ids: kept alive, no id can be reused
+        self.speedups: list[dict[str, Any]] = []
+
+    def optimize(
+        self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], previous: Mapping[str, list[str]]
+    ) -> Allocation:
+        self.speedups.append({j.name: j.speedup for j in jobs})
+        return {j.name: list(previous.get(j.name, [])) for j in jobs}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class MemoryBackend:
+    """The smallest WorkerBackend: job records in a dict (no workers: the round only)."""
+
+    def __init__(self) -> None:
+        self.jobs = {k: JobRecord(k, SPEC, running(n), NOW) for k, n in RUNNING.items()}
+        self.events: list[tuple[str, EmitEvent]] = []
+
+    def observe(self, job: JobRecord) -> ObservedWorkers:
+        return ObservedWorkers(())
+
+    def set_status(self, job: JobRecord, status: AdaptiveJobStatus) -> None:
+        self.jobs[job.key] = replace(self.jobs[job.key], status=status)
+
+    def create_group(self, job: JobRecord, action: CreateGroup) -> None:
+        raise AssertionError("the scenario starts no group")
+
+    def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
+        raise AssertionError("the scenario stops no group")
+
+    def emit_event(self, job: str, event: EmitEvent) -> None:
+        self.events.append((job, event))
+
+    def round_jobs(self) -> list[JobRecord]:
+        return list(self.jobs.values())
+
+    def round_nodes(self) -> list[NodeInfo]:
+        return [NodeInfo("n1", 4)]
+
+    def set_desired(self, changed: Mapping[str, list[str]]) -> None:
+        for key, alloc in changed.items():
+            self.jobs[key] = replace(self.jobs[key], desired=list(alloc))
+
+    def record_service(self, service: Mapping[str, float]) -> None:
+        for key, seconds in service.items():
+            status = self.jobs[key].status.model_copy(update={"attained_service_s": seconds})
+            self.jobs[key] = replace(self.jobs[key], status=status)
+
+
+@dataclass
+class Setup:
+    """A driver over one backend, and how to read and change that backend's stored state."""
+
+    driver: Driver
+    service: Callable[[str], float]
+    set_hints: Callable[[str, Hints], None]
+
+
+def memory_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[Setup]:
+    backend = MemoryBackend()
+
+    def set_hints(key: str, h: Hints) -> None:
+        rec = backend.jobs[key]
+        backend.jobs[key] = replace(rec, status=rec.status.model_copy(update={"hints": h}))
+
+    yield Setup(
+        Driver(backend, policy, clock=clock),
+        lambda key: backend.jobs[key].status.attained_service_s,
+        set_hints,
+    )
+
+
+def local_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[Setup]:
+    from adl.local.daemon import Daemon, Settings
+
+    daemon = Daemon(Settings(home=tmp_path, api=False), policy_factory=lambda: policy)
+    for key, replicas in RUNNING.items():
+        ns, name = key.split("/")
+        daemon.store.add_job(ns, name, SPEC)
+        daemon.store.set_status(key, running(replicas))
+        daemon.store.set_hints(key, hints())
+    daemon.reload()
+    daemon.driver.clock = clock
+
+    def set_hints(key: str, h: Hints) -> None:
+        daemon.store.set_hints(key, h)
+        daemon.reload()
+
+    try:
+        yield Setup(
+            daemon.driver,
+            lambda key: daemon.store.job(key).status.attained_service_s,  # as persisted
+            set_hints,
+        )
+    finally:
+        daemon.store.close()
+
+
+class KubeObjects:
+    """The KubeStore calls the round makes, over AdaptiveJob objects kept in memory."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+        for key, replicas in RUNNING.items():
+            ns, name = key.split("/")
+            status = running(replicas).model_dump(mode="json", by_alias=True, exclude_none=True)
+            self.jobs[key] = {
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "uid": name,
+                    "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "annotations": {},
+                },
+                "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "status": status,
+            }
+
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [copy.deepcopy(b) for b in self.jobs.values()]
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "metadata": {"name": "n1", "labels": {}},
+                "spec": {},
+                "status": {"allocatable": {"nvidia.com/gpu": "4"}},
+            }
+        ]
+
+    def list_all_pods(self) -> list[dict[str, Any]]:
+        return []
+
+    def patch_job_annotations(self, namespace: str, name: str, ann: dict[str, Any]) -> None:
+        self.jobs[f"{namespace}/{name}"]["metadata"]["annotations"].update(ann)
+
+    def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
+    ) -> None:
+        self.jobs[f"{namespace}/{name}"]["status"].update(copy.deepcopy(status))
+
+
+def kube_setup(
+    policy: KeepPolicy, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Setup]:
+    from adl.operator import backend as kube_backend
+    from adl.operator.handlers import Runtime
+
+    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)  # no kopf context here
+    objects = KubeObjects()
+    rt = Runtime(objects, policy)  # type: ignore[arg-type]
+    rt.driver.clock = clock
+
+    def set_hints(key: str, h: Hints) -> None:
+        objects.jobs[key]["status"]["hints"] = h.model_dump(mode="json", by_alias=True)
+
+    yield Setup(
+        rt.driver,
+        lambda key: float(objects.jobs[key]["status"].get("attainedServiceS", 0.0)),
+        set_hints,
+    )
+
+
+@pytest.fixture(params=["memory", "local", "kubernetes"])
+def setup(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Setup, KeepPolicy, Clock]]:
+    policy, clock = KeepPolicy(), Clock()
+    if request.param == "memory":
+        gen = memory_setup(policy, clock, tmp_path)
+    elif request.param == "local":
+        gen = local_setup(policy, clock, tmp_path)
+    else:
+        gen = kube_setup(policy, clock, tmp_path, monkeypatch)
+    yield next(gen), policy, clock
+    next(gen, None)
+
+
+def test_every_backend_accrues_attained_service_through_the_driver(
+    setup: tuple[Setup, KeepPolicy, Clock],
+) -> None:
+    s, _, clock = setup
+    s.driver.run_round(NOW)  # the first round only starts each job's clock
+    assert s.service("ns/a") == 0.0
+    for _ in range(3):
+        clock.t += 10.0
+        s.driver.run_round(NOW)
+    # GPU-seconds: replicas x 30 s, persisted by the backend where it keeps job state
+    assert s.service("ns/a") == pytest.approx(2 * 30.0)
+    assert s.service("ns/b") == pytest.approx(1 * 30.0)
+
+
+def test_every_backend_keeps_speedup_tables_across_rounds(
+    setup: tuple[Setup, KeepPolicy, Clock],
+) -> None:
+    s, policy, clock = setup
+    for _ in range(3):
+        clock.t += 5.0
+        s.driver.run_round(NOW)
+    first, *later = policy.speedups
+    assert set(first) == {"ns/a", "ns/b"}
+    # the same function objects: warm tables
+    assert all(r[k] is first[k] for r in later for k in first)
+    assert len(s.driver.speedups) == 2
+    s.set_hints("ns/b", hints(alpha_c=0.3))  # b refitted its throughput model
+    s.driver.run_round(NOW)
+    last = policy.speedups[-1]
+    assert last["ns/a"] is first["ns/a"] and last["ns/b"] is not first["ns/b"]
