@@ -29,6 +29,24 @@ def _phase(b: LocalBackend, name: str) -> Phase:
     return b.get(name, "default").status.phase
 
 
+def test_describe_says_why_the_allocation_changed(daemon_factory, backend, home) -> None:
+    """The decision log: every allocation change carries its reason, shown by describe."""
+    policy = FixedPolicy()
+    policy.replicas["a"] = 1
+    d = daemon_factory(policy, slots=4)
+    backend.submit("a", "default", counter_spec("--steps", "200", "--step-s", "0.05", hi=2))
+    wait_for(lambda: _phase(backend, "a") == Phase.RUNNING)
+    text = describe_text(backend.get("a", "default"))
+    # before any report the speedups are the linear prior, and it says so
+    assert "started with 1 replica" in text and "waiting for its first report" in text
+    policy.replicas["a"] = 2
+    d._round_due = True
+    wait_for(lambda: "grew 1 -> 2" in describe_text(backend.get("a", "default")))
+    line = next(e for e in backend.get("a", "default").events if "grew 1 -> 2" in e)
+    assert "Rescheduled" in line and "speedup 1.00 -> 2.00" in line and "GPUs free" in line
+    backend.delete("a", "default")
+
+
 def test_job_runs_to_success_with_the_worker_env(daemon_factory, backend, home) -> None:
     policy = FixedPolicy()
     policy.replicas["a"] = 2
