@@ -1,14 +1,18 @@
-"""Latency of one full scheduling round as the backends run it (``adl.controller.rounds``):
-JobInfos built from job records and their hints, then ``AdlPolicy.optimize``.
+"""Latency of one scheduling round on the production path: the shared driver
+(``adl.controller.driver.Driver.run_round``) over a backend, as the operator and the local daemon
+run it: read every job, accrue service, build JobInfos from the jobs' hints with the speedup
+tables kept across rounds, ``AdlPolicy.optimize``, record the answers and explain the changes.
 
 Each job carries synthetic hints (a random throughput model, gradient statistics, batch
-bounds), as a running job would have reported. Every round feeds the previous answer back as
-the jobs' desired allocations, and a fraction of the jobs report refitted gradient statistics
-(a new speedup model), as happens every ~30 s in a real cluster. Rounds run with and without a
-``SpeedupCache`` (the cache keeps a job's speedup function while its model is unchanged, so the
-policy's per-function tables stay warm). Prints p50/p95 per configuration; ``--json`` writes it.
+bounds), as a running job would have reported; a fraction of the jobs report refitted gradient
+statistics each round (a new speedup model), as happens every ~30 s in a real cluster.
+Backends: ``memory`` (the driver over job records in memory, N nodes of 4 GPUs: the operator's
+path without its API calls) and ``local`` (the local daemon's own round over its SQLite store,
+one node). ``--no-cache-too`` adds rows for the old path that rebuilt every table each round.
+Prints first/p50/p95 per configuration; ``--json`` writes them.
 
-    .venv/bin/python benchmarks/round_latency.py [--rounds 10] [--json out.json]
+    .venv/bin/python benchmarks/round_latency.py [--rounds 10] [--configs 100x64,1000x2048]
+        [--backend memory|local] [--json out.json]
 """
 
 from __future__ import annotations
@@ -16,12 +20,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
+import time
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from adl.controller.rounds import JobRecord, SpeedupCache, run_round
+from adl.controller.actions import EmitEvent
+from adl.controller.driver import Driver
+from adl.controller.rounds import JobRecord, SpeedupCache
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,
@@ -30,6 +41,7 @@ from adl.models import (
     PerfParamsModel,
     Phase,
 )
+from adl.sched.hints import speedup_from_hints
 from adl.sched.policy import AdlPolicy
 from adl.sched.types import NodeInfo
 
@@ -74,57 +86,140 @@ def make_jobs(n: int, rng: np.random.Generator) -> list[JobRecord]:
     ]
 
 
-def bench(n_jobs: int, n_gpus: int, rounds: int, cached: bool, refit: float) -> dict[str, float]:
+class MemoryBackend:
+    """The driver's round over job records in memory (no workers, no I/O)."""
+
+    def __init__(self, jobs: list[JobRecord], nodes: list[NodeInfo]) -> None:
+        self.jobs = {j.key: j for j in jobs}
+        self.nodes = nodes
+
+    def round_jobs(self) -> list[JobRecord]:
+        return list(self.jobs.values())
+
+    def round_nodes(self) -> list[NodeInfo]:
+        return self.nodes
+
+    def set_desired(self, changed: Mapping[str, list[str]]) -> None:
+        for key, alloc in changed.items():
+            job = self.jobs[key]
+            status = job.status.model_copy(update={"allocation": list(alloc)})
+            self.jobs[key] = replace(job, status=status, desired=list(alloc))
+
+    def record_service(self, service: Mapping[str, float]) -> None:
+        for key, seconds in service.items():
+            status = self.jobs[key].status.model_copy(update={"attained_service_s": seconds})
+            self.jobs[key] = replace(self.jobs[key], status=status)
+
+    def emit_event(self, job: str, event: EmitEvent) -> None:
+        pass
+
+    def refit(self, key: str, hints: Hints) -> None:
+        job = self.jobs[key]
+        self.jobs[key] = replace(job, status=job.status.model_copy(update={"hints": hints}))
+
+
+class LocalBackend:
+    """The local daemon (SQLite store, one node of ``gpus`` slots), its round only."""
+
+    def __init__(self, jobs: list[JobRecord], gpus: int, home: Path, policy: AdlPolicy) -> None:
+        from adl.local.daemon import Daemon, Settings
+
+        self.daemon = Daemon(
+            Settings(home=home, slots=gpus, api=False), policy_factory=lambda: policy
+        )
+        for job in jobs:
+            ns, name = job.key.split("/")
+            self.daemon.store.add_job(ns, name, job.spec)
+            self.daemon.store.set_status(job.key, job.status)
+            assert job.status.hints is not None
+            self.daemon.store.set_hints(job.key, job.status.hints)
+        self.daemon.reload()
+
+    def refit(self, key: str, hints: Hints) -> None:
+        self.daemon.store.set_hints(key, hints)
+
+
+def bench(
+    n_jobs: int, n_gpus: int, rounds: int, cached: bool, refit: float, backend: str
+) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     jobs = make_jobs(n_jobs, rng)
     nodes = [NodeInfo(f"node-{i}", GPUS_PER_NODE) for i in range(n_gpus // GPUS_PER_NODE)]
-    policy, cache = AdlPolicy(seed=0), SpeedupCache() if cached else None
-    durations = []
-    for r in range(rounds):
-        now = NOW + timedelta(seconds=60 * r)
-        result = run_round(policy, jobs, nodes, now, cache)
-        durations.append(result.duration_s)
-        updated = []
-        for job in jobs:
-            hints = job.status.hints
-            assert hints is not None
-            if rng.random() < refit:
-                grad = GradParamsModel(sqr=1.0, var=float(rng.uniform(0.5, 200.0)))
-                hints = hints.model_copy(update={"grad_params": grad})
-            status = job.status.model_copy(
-                update={"hints": hints, "allocation": result.allocation.get(job.key, [])}
-            )
-            updated.append(replace(job, status=status, desired=result.allocation.get(job.key)))
-        jobs = updated
+    policy = AdlPolicy(seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        if backend == "local":
+            local = LocalBackend(jobs, n_gpus, Path(tmp), policy)
+            driver, target = local.daemon.driver, local
+        else:
+            memory = MemoryBackend(jobs, nodes)
+            driver, target = Driver(memory, policy), memory  # type: ignore[arg-type]
+        if not cached:
+            driver.speedups = _NoCache()  # type: ignore[assignment]
+        durations = []
+        hints = {j.key: j.status.hints for j in jobs}
+        for r in range(rounds):
+            now = NOW + timedelta(seconds=60 * r)
+            t0 = time.perf_counter()
+            if backend == "local":
+                local.daemon.reload()
+                local.daemon.schedule(now)  # exactly the daemon's round
+            else:
+                driver.run_round(now)
+            durations.append(time.perf_counter() - t0)
+            for key, h in hints.items():
+                if h is not None and rng.random() < refit:
+                    grad = GradParamsModel(sqr=1.0, var=float(rng.uniform(0.5, 200.0)))
+                    hints[key] = h.model_copy(update={"grad_params": grad})
+                    target.refit(key, hints[key])  # type: ignore[arg-type]
+        if backend == "local":
+            local.daemon.store.close()
     steady = durations[1:] or durations  # the first round builds every table from scratch
     return {
+        "backend": backend,
         "jobs": n_jobs,
         "gpus": n_gpus,
         "cache": cached,
         "first_ms": 1000 * durations[0],
         "p50_ms": 1000 * statistics.median(steady),
         "p95_ms": 1000 * float(np.percentile(steady, 95)),
+        "max_ms": 1000 * max(steady),
     }
+
+
+class _NoCache(SpeedupCache):
+    """The old path: a new speedup function (cold tables) for every job every round."""
+
+    def get(self, job: str, hints: Hints | None) -> Any:
+        return speedup_from_hints(hints)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--refit", type=float, default=0.2, help="fraction of jobs refitted/round")
-    ap.add_argument("--configs", default="16x16,64x64,200x64", help="JOBSxGPUS,...")
+    ap.add_argument(
+        "--configs", default="100x64,300x512,1000x2048", help="JOBSxGPUS,... (GPUs: 4 per node)"
+    )
+    ap.add_argument("--backend", choices=("memory", "local"), default="memory")
+    ap.add_argument(
+        "--no-cache-too", action="store_true", help="also time the old path (tables rebuilt)"
+    )
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args()
     rows = []
+    print(f"{'backend':>7} {'jobs':>5} {'gpus':>5} {'cache':>6} {'first ms':>9} {'p50 ms':>8} "
+          f"{'p95 ms':>8} {'max ms':>8}")  # fmt: skip
     for config in args.configs.split(","):
         n_jobs, n_gpus = (int(x) for x in config.split("x"))
-        for cached in (False, True):
-            rows.append(bench(n_jobs, n_gpus, args.rounds, cached, args.refit))
-    print(f"{'jobs':>5} {'gpus':>5} {'cache':>6} {'first ms':>9} {'p50 ms':>8} {'p95 ms':>8}")
-    for row in rows:
-        print(
-            f"{row['jobs']:>5} {row['gpus']:>5} {row['cache']!s:>6} {row['first_ms']:>9.1f} "
-            f"{row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f}"
-        )
+        for cached in (False, True) if args.no_cache_too else (True,):
+            row = bench(n_jobs, n_gpus, args.rounds, cached, args.refit, args.backend)
+            rows.append(row)
+            print(
+                f"{row['backend']:>7} {row['jobs']:>5} {row['gpus']:>5} {row['cache']!s:>6} "
+                f"{row['first_ms']:>9.1f} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} "
+                f"{row['max_ms']:>8.1f}",
+                flush=True,
+            )
     if args.json_path:
         with open(args.json_path, "w") as fh:
             json.dump({"rounds": args.rounds, "refit": args.refit, "rows": rows}, fh, indent=2)
