@@ -4,6 +4,7 @@ schema and the CRD schema. Field names are snake_case in Python and camelCase on
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -210,6 +211,14 @@ class Condition(_Model):
 
 class AdaptiveJobStatus(_Model):
     """Observed state, written only by the control plane (and hints by the API)."""
+
+    @classmethod
+    def from_object(cls, body: Mapping[str, Any]) -> AdaptiveJobStatus:
+        """The status of an AdaptiveJob object as adl wrote it: keys adl does not know (a
+        framework's, or a newer version's) are ignored rather than refused."""
+        raw = body.get("status") or {}
+        known = {f.alias or n for n, f in cls.model_fields.items()}
+        return cls.model_validate({k: v for k, v in raw.items() if k in known})
 
     phase: Phase = Phase.PENDING
     reason: str = ""

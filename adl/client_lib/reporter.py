@@ -151,10 +151,11 @@ def current_batch(
 
 def hints_url(api_url: str, job: str) -> str:
     """``ns/name`` -> the job's hints endpoint."""
-    ns, sep, name = job.partition("/")
-    if not sep or not ns or not name:
-        raise ValueError(f"ADL_JOB must be 'namespace/name', got {job!r}")
-    return f"{api_url.rstrip('/')}/v1/jobs/{ns}/{name}/hints"
+    try:
+        key = C.JobKey.parse(job)
+    except ValueError:
+        raise ValueError(f"ADL_JOB must be 'namespace/name', got {job!r}") from None
+    return f"{api_url.rstrip('/')}/v1/jobs/{key.namespace}/{key.name}/hints"
 
 
 def _worth_retrying(err: BaseException) -> bool:

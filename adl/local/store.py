@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from adl.contract import ENV_HOME
+from adl.contract import ENV_HOME, JobKey
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def default_home() -> Path:
 
 
 def job_key(namespace: str, name: str) -> str:
-    return f"{namespace}/{name}"
+    return str(JobKey(namespace, name))
 
 
 class StateUnreadable(RuntimeError):

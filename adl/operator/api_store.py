@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from adl.api.auth import find_owner, token_digest
 from adl.api.store import JobSnapshot, UnknownJob
+from adl.contract import JobKey
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, GroupInfo, Hints
 from adl.operator import pods as P
 from adl.operator.scheduling import job_key
@@ -27,9 +28,7 @@ log = logging.getLogger(__name__)
 
 
 def _status(body: dict[str, Any]) -> AdaptiveJobStatus:
-    known = {f.alias or n for n, f in AdaptiveJobStatus.model_fields.items()}
-    raw = body.get("status") or {}
-    return AdaptiveJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
+    return AdaptiveJobStatus.from_object(body)
 
 
 def _token_hash(body: dict[str, Any]) -> str:
@@ -44,8 +43,8 @@ class OperatorApiStore:
         self.namespaces = namespaces or []
 
     def _split(self, job: str) -> tuple[str, str]:
-        ns, _, name = job.partition("/")
-        return ns, name
+        key = JobKey.parse(job)
+        return key.namespace, key.name
 
     async def _jobs(self) -> list[dict[str, Any]]:
         if not self.namespaces:

@@ -22,13 +22,14 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from adl.api.auth import token_digest
+from adl.contract import JobKey
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.lifecycle import ObservedWorkers, Timing
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator import pods as P
 from adl.operator.observe import PodPhase, PodState, classify_all, observed_workers, pod_indices
-from adl.operator.scheduling import job_records, nodes_from_objects
+from adl.operator.scheduling import job_key, job_records, nodes_from_objects
 from adl.operator.store import KubeStore
 from adl.sched import registry
 from adl.sched.types import NodeInfo, Policy
@@ -259,9 +260,7 @@ class KubeBackend:
         else:
             bodies = self.store.list_jobs(None)
         records = job_records(bodies)
-        self._listed = {
-            f"{b['metadata'].get('namespace', '')}/{b['metadata']['name']}": b for b in bodies
-        }
+        self._listed = {job_key(b): b for b in bodies}
         return records
 
     def round_nodes(self) -> list[NodeInfo]:
@@ -274,17 +273,17 @@ class KubeBackend:
 
     def set_desired(self, changed: Mapping[str, list[str]]) -> None:
         for key, alloc in changed.items():
-            ns, name = key.split("/", 1)
+            ref = JobKey.parse(key)
             answer = {P.ANNOTATION_ALLOCATION: json.dumps(alloc)}
-            self._gone_ok(key, self.store.patch_job_annotations, ns, name, answer)
+            self._gone_ok(key, self.store.patch_job_annotations, ref.namespace, ref.name, answer)
 
     def record_service(self, service: Mapping[str, float]) -> None:
         # a merge patch of one field, without a resourceVersion: a reconcile that read the
         # object before it and writes the whole status then meets a conflict and reads again
         for key, seconds in service.items():
-            ns, name = key.split("/", 1)
+            ref = JobKey.parse(key)
             patch = {"attainedServiceS": seconds}
-            self._gone_ok(key, self.store.patch_job_status, ns, name, patch, None)
+            self._gone_ok(key, self.store.patch_job_status, ref.namespace, ref.name, patch, None)
 
     @staticmethod
     def _gone_ok(key: str, patch: Callable[..., None], *args: Any) -> None:

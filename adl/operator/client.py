@@ -79,15 +79,11 @@ def preflight(
 
 def _view(body: Mapping[str, Any], events: list[str] | None = None) -> JobView:
     meta = body["metadata"]
-    raw_status = dict(body.get("status") or {})
-    known = {f.alias or n for n, f in AdaptiveJobStatus.model_fields.items()}
     return JobView(
         name=meta["name"],
         namespace=meta.get("namespace", ""),
         spec=AdaptiveJobSpec.model_validate(body["spec"]),
-        status=AdaptiveJobStatus.model_validate(
-            {k: v for k, v in raw_status.items() if k in known}
-        ),
+        status=AdaptiveJobStatus.from_object(body),
         created=parse_time(meta.get("creationTimestamp")),
         events=events or [],
     )

@@ -100,10 +100,7 @@ def _now() -> datetime:
 
 
 def _status_of(body: dict[str, Any]) -> AdaptiveJobStatus:
-    """The status as adl wrote it (foreign keys, e.g. a framework's, are ignored)."""
-    raw = dict(body.get("status") or {})
-    known = {f.alias or name for name, f in AdaptiveJobStatus.model_fields.items()}
-    return AdaptiveJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
+    return AdaptiveJobStatus.from_object(body)
 
 
 #: the status reason of a job that waits for a deleted namesake's pods and objects to go

@@ -24,7 +24,7 @@ from adl.contract import (
     LABEL_JOB,
     LABEL_NODE_INDEX,
 )
-from adl.controller.env import WorkerSite
+from adl.controller.env import WorkerSite, node_slots
 from adl.controller.env import worker_env as env_of_replica
 from adl.models import AdaptiveJobSpec
 from adl.operator.crd import API_VERSION, KIND
@@ -138,15 +138,6 @@ def _meta(job: JobRef, name: str, labels: dict[str, str]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ placement
-
-
-def node_slots(allocation: list[str]) -> list[tuple[str, int]]:
-    """Group an allocation (one node per replica) into (node, replicas) in first-seen order;
-    replicas on one node get contiguous ranks, so pod i holds ranks [offset_i, offset_i + n_i)."""
-    counts: dict[str, int] = {}
-    for node in allocation:
-        counts[node] = counts.get(node, 0) + 1
-    return list(counts.items())
 
 
 def rank_offsets(allocation: list[str]) -> list[int]:

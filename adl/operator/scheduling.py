@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from adl.contract import LABEL_PREEMPTIBLE
+from adl.contract import LABEL_PREEMPTIBLE, JobKey
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
@@ -88,7 +88,7 @@ def nodes_from_objects(
 
 def job_key(body: Mapping[str, Any]) -> str:
     meta = body["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}"
+    return str(JobKey(meta.get("namespace", ""), meta["name"]))
 
 
 def desired_allocation(body: Mapping[str, Any]) -> list[str] | None:
@@ -108,15 +108,13 @@ def job_records(bodies: Sequence[Mapping[str, Any]]) -> list[JobRecord]:
     """AdaptiveJob objects as the controller's round reads them. Left out: objects whose spec
     does not validate (the reconcile step marks them Failed with the reason) and jobs being
     deleted (their workers are stopping; the GPUs they held go to the others)."""
-    known = {f.alias or n for n, f in AdaptiveJobStatus.model_fields.items()}
     out = []
     for body in bodies:
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             continue
         try:
             spec = AdaptiveJobSpec.model_validate(body.get("spec") or {})
-            raw = body.get("status") or {}
-            status = AdaptiveJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
+            status = AdaptiveJobStatus.from_object(body)
         except ValueError:
             continue
         created = _created(body) or datetime.fromtimestamp(0, UTC)
