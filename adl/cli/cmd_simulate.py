@@ -153,6 +153,14 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         policy_knob: PolicyKnobOpt = None,
+        decisions_path: Annotated[
+            Path | None,
+            typer.Option(
+                "--decisions",
+                help="write every allocation change with its reason (workload, time, job, why) "
+                "as tab-separated lines",
+            ),
+        ] = None,
         fixed_rounds: Annotated[
             bool,
             typer.Option(
@@ -196,6 +204,8 @@ def register(app: typer.Typer) -> None:
                 check_output_path(plot, "--plot")
             if json_path is not None:
                 check_output_path(json_path, "--json")
+            if decisions_path is not None:
+                check_output_path(decisions_path, "--decisions")
         except ValueError as err:
             raise _fail(str(err)) from None
         if hide_remaining and uses_oracle(policy):
@@ -203,7 +213,12 @@ def register(app: typer.Typer) -> None:
 
         out = Console()
         events = rounds_on_events(policy) and not fixed_rounds
-        config = SimConfig(hide_remaining=hide_remaining, rounds_on_events=events)
+        config = SimConfig(
+            hide_remaining=hide_remaining,
+            rounds_on_events=events,
+            explain=decisions_path is not None,
+        )
+        decision_lines: list[str] = []
         report: dict[str, Any] = {}
         plotted: list[tuple[str, SimResult]] = []
         for path in paths:
@@ -221,6 +236,17 @@ def register(app: typer.Typer) -> None:
             out.print(f"simulated in {wall:.1f} s\n")
             if plot is not None:
                 plotted.append((path.stem, result))
+            decision_lines += [
+                f"{path.stem}\t{t}\t{d.job}\t{d.message}" for t, d in result.decisions
+            ]
+        if decisions_path is not None:
+            try:
+                write_output(
+                    decisions_path, "".join(f"{x}\n" for x in decision_lines), "--decisions"
+                )
+            except ValueError as err:
+                raise _fail(str(err)) from None
+            out.print(f"wrote {len(decision_lines)} decisions to {decisions_path}")
         if json_path is not None:
             doc = {
                 "policy": policy,

@@ -21,7 +21,6 @@ from datetime import datetime
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.backend import WorkerBackend
-from adl.controller.decisions import REASON
 from adl.controller.lifecycle import Timing, step
 from adl.controller.rounds import (
     JobRecord,
@@ -31,6 +30,7 @@ from adl.controller.rounds import (
     accrue_service,
     run_round,
 )
+from adl.sched.decisions import REASON
 from adl.sched.types import Policy
 
 log = logging.getLogger("adl.controller")

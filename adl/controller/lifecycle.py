@@ -33,9 +33,6 @@ from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, Res
 #: a replica still present this long after its stop was due is reported (its node may be down)
 STOP_OVERDUE_S = 60.0
 
-#: Condition types the controller maintains (one of each, sorted by type).
-CONDITION_TYPES = ("Complete", "Failed", "Running", "Scheduled", "Suspended")
-
 
 # ----------------------------------------------------------------------------- observations
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from adl.controller.decisions import Decision, explain
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
+from adl.sched.decisions import Decision, explain
 from adl.sched.hints import goodput_from_hints, remaining_seconds, speedup_from_hints
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, SpeedupFn
 

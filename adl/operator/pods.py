@@ -92,10 +92,6 @@ def job_selector(job: str) -> str:
     return f"{LABEL_JOB}={job}"
 
 
-def group_selector(job: str, group: int) -> str:
-    return f"{LABEL_JOB}={job},{LABEL_GROUP}={group}"
-
-
 def matches_selector(labels: Mapping[str, str], selector: str) -> bool:
     """Equality-based label selection as the API server does it (``a=b,c!=d,e``); kmock does
     not filter, so the operator re-checks every listed object with this."""

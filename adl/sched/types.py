@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -76,10 +76,3 @@ class Policy(Protocol):
         nodes: Sequence[NodeInfo],
         previous: Mapping[str, list[str]],
     ) -> Allocation: ...
-
-
-@dataclass
-class RoundStats:
-    """Latency bookkeeping a driver may keep about policy calls (not used by policies)."""
-
-    durations_s: list[float] = field(default_factory=list)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from adl.sched.decisions import Decision, explain
 from adl.sched.sim.job import (
     FIXED_ADAPTIVE_BATCH,
     RESTART_DELAY_S,
@@ -32,7 +33,7 @@ from adl.sched.sim.job import (
 from adl.sched.sim.traces import AppTrace, load_traces
 from adl.sched.sim.truth import TrueGoodput, TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob, load_workload
-from adl.sched.types import Allocation, NodeInfo, Policy
+from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class SimConfig:
     rounds_on_events: bool = False
     #: with ``rounds_on_events``: a finished job is noticed within this many seconds
     event_tick_s: int = 5
+    #: keep every allocation change with its reason (``SimResult.decisions``), as the
+    #: backends' decision log would show it
+    explain: bool = False
 
     def __post_init__(self) -> None:
         if self.round_s < 1 or self.event_tick_s < 1:
@@ -147,6 +151,8 @@ class SimResult:
     #: (time, {job: GPUs}) after each round's allocation
     timeline: list[tuple[int, dict[str, int]]] = field(default_factory=list)
     total_gpus: int = 0
+    #: (time, decision) for every allocation change, with ``SimConfig.explain``
+    decisions: list[tuple[int, Decision]] = field(default_factory=list)
 
 
 ProgressFn = Callable[[int, int, int], None]  # (sim time, finished jobs, total jobs)
@@ -194,6 +200,7 @@ class Simulator:
         ]
         self._capacity = {n.name: n.gpus for n in self.nodes}
         self.allocation: Allocation = {}
+        self.decisions: list[tuple[int, Decision]] = []
         self.now = 0
         if isinstance(policy, OracleAware):
             policy.bind_oracle(SimulatorOracle(self.by_name, c.gpus_per_node))
@@ -232,11 +239,27 @@ class Simulator:
         proposed = self.policy.optimize(infos, self.nodes, previous)
         elapsed = time.perf_counter() - t0
         new = self._validated(proposed, {j.name for j in active})
+        if self.config.explain:
+            self._explain(infos, previous, new)
         for job in active:
             if not same_allocation(new.get(job.name), self.allocation.get(job.name)):
                 job.reallocate(placement_of(new.get(job.name, [])))
         self.allocation = new
         return elapsed
+
+    def _explain(
+        self, infos: list[JobInfo], previous: Mapping[str, list[str]], new: Allocation
+    ) -> None:
+        changed = {
+            i.name: new.get(i.name, [])
+            for i in infos
+            if not same_allocation(new.get(i.name), previous.get(i.name))
+        }
+        held = sum(len(v) for v in previous.values())
+        free = max(sum(self._capacity.values()) - held, 0)
+        reported = {i.name: True for i in infos}
+        decided = explain(changed, previous, {i.name: i for i in infos}, free, reported)
+        self.decisions += [(self.now, d) for d in decided.values()]
 
     def _advance_to_next_round(self) -> int:
         """Run every job up to the next round and return its time: the next multiple of
@@ -311,6 +334,7 @@ class Simulator:
             )
             for j in self.jobs
         ]
+        result.decisions = self.decisions
         return result
 
 

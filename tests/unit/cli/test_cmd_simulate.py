@@ -189,3 +189,18 @@ def test_simulate_does_not_import_torch() -> None:
         "assert r.exit_code == 2; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_decisions_log_every_allocation_change_with_its_reason(tmp_path: Path) -> None:
+    wl = small_workload(tmp_path / "small.csv")
+    out = tmp_path / "decisions.tsv"
+    res = invoke(str(wl), "--traces", str(TRACES), "--decisions", str(out))
+    assert res.exit_code == 0, res.output
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert rows and all(len(r) == 4 and r[0] == "small" for r in rows)
+    first = {job: why for _, _, job, why in reversed(rows)}  # each job's first decision
+    assert set(first) == {"cifar10-0", "ncf-1", "ncf-2", "cifar10-3"}
+    assert all(why.startswith("started with") for why in first.values())
+    times = [int(r[1]) for r in rows]
+    assert times == sorted(times)
+    assert any(why.startswith(("grew", "shrank")) and "speedup" in why for *_, why in rows)

@@ -5,7 +5,7 @@ for every job whose answer changed, writes down what a user needs to understand 
 sizes before and after, the job's own speedup at both (from its reported model), how many GPUs
 were free, and which jobs the GPUs came from or went to. Backends show the message as an Event
 (``adl describe``, ``kubectl describe aj``) and a log line; the simulator can print them too.
-Pure: numbers in, text out.
+Pure: numbers in, text out. The simulator explains its rounds with the same code.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from adl.controller.env import node_slots
 from adl.sched.types import JobInfo
 
 #: the Event reason of an allocation change
@@ -62,8 +61,8 @@ class Decision:
         sizes = f"{kind} {a} -> {b}"
         if kind == "started":
             sizes = f"started with {b} replica{'s' if b != 1 else ''}"
-            if len(node_slots(list(self.after))) > 1:
-                sizes += f" on {len(node_slots(list(self.after)))} nodes"
+            if len(set(self.after)) > 1:
+                sizes += f" on {len(set(self.after))} nodes"
         elif kind == "moved":
             sizes = f"moved {a} replicas to other nodes"
         parts = [sizes]
@@ -89,7 +88,7 @@ class Decision:
 def _speedup(info: JobInfo | None, nodes: Sequence[str]) -> float | None:
     if info is None or not nodes:
         return None
-    value = float(info.speedup(len(node_slots(list(nodes))), len(nodes)))
+    value = float(info.speedup(len(set(nodes)), len(nodes)))
     return value if value == value else None  # NaN: no figure rather than a wrong one
 
 
