@@ -96,12 +96,16 @@ def test_a_failed_worker_stops_the_others(tmp_path: Path) -> None:
     assert time.monotonic() - start < 30  # the sleeping peer got SIGTERM, not the grace period
 
 
-def test_a_worker_ignoring_sigterm_is_killed_after_the_grace_period() -> None:
+def test_a_worker_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    ready = tmp_path / "ignoring"
     script = (
         "import os, signal, sys, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "if os.environ['ADL_RANK'] == '0':\n"
+        # stop only once the peer ignores SIGTERM (else it may die of it before that)
+        f"    while not os.path.exists({str(ready)!r}): time.sleep(0.01)\n"
         "    sys.exit(143)\n"
+        f"open({str(ready)!r}, 'w').close()\n"
         "time.sleep(60)\n"
     )
     start = time.monotonic()
@@ -153,9 +157,12 @@ def test_a_command_that_cannot_start_is_one_line_and_the_shells_code(
 
 
 #: prints one line to each stream, naming its rank
+# one write per line: two ranks share the terminal or pipe, and an unbuffered print() of
+# several parts (PYTHONUNBUFFERED) could interleave with the other rank's mid-line
 SPEAK = (
     "import os, sys; r = os.environ['ADL_RANK']; "
-    "print('hello from', r); print('warn from', r, file=sys.stderr)"
+    "sys.stdout.write(f'hello from {r}\\n'); sys.stdout.flush(); "
+    "sys.stderr.write(f'warn from {r}\\n')"
 )
 
 
