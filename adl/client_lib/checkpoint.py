@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from adl.client_lib.restart_cost import SAVED_AT
+
 if TYPE_CHECKING:
     from adl.client_lib.context import JobContext
 
@@ -60,12 +62,15 @@ def _remove_stale_temporaries(directory: Path) -> None:
             stale.unlink()
 
 
-def write(directory: Path, states: dict[str, Any]) -> Path:
-    """Write ``states`` atomically (temp file + fsync + rename); return the checkpoint path."""
+def write(directory: Path, states: dict[str, Any], saved_at: float | None = None) -> Path:
+    """Write ``states`` atomically (temp file + fsync + rename); return the checkpoint path.
+    ``saved_at``: the wall time the save began (what a restart costs is measured from it)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(directory)
-    payload = {"format": FORMAT, "states": states}
+    payload: dict[str, Any] = {"format": FORMAT, "states": states}
+    if saved_at is not None:
+        payload[SAVED_AT] = float(saved_at)
     fd, tmp_name = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=directory)
     tmp = Path(tmp_name)
     try:
@@ -119,11 +124,17 @@ def _check_loadable(path: Path, states: dict[str, Any]) -> None:
 
 def load(directory: Path | None) -> dict[str, Any] | None:
     """The states of the last checkpoint in ``directory``, or None when there is none."""
+    return load_timed(directory)[0]
+
+
+def load_timed(directory: Path | None) -> tuple[dict[str, Any] | None, float | None]:
+    """The states of the last checkpoint and the wall time its save began (None: no
+    checkpoint, or one written before that was stored)."""
     if directory is None:
-        return None
+        return None, None
     path = checkpoint_path(Path(directory))
     if not path.exists():
-        return None
+        return None, None
     payload = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an adl checkpoint (format {FORMAT})")
@@ -131,7 +142,8 @@ def load(directory: Path | None) -> dict[str, Any] | None:
     if not isinstance(states, dict):
         raise CheckpointError(f"{path} has no states")
     log.info("restoring checkpoint %s (%s)", path, ", ".join(sorted(states)))
-    return states
+    saved_at = payload.get(SAVED_AT)
+    return states, float(saved_at) if isinstance(saved_at, (int, float)) else None
 
 
 def save(ctx: JobContext) -> Path | None:
@@ -147,12 +159,13 @@ def save(ctx: JobContext) -> Path | None:
     path: Path | None = None
     failed: Exception | None = None
     directory = ctx.env.checkpoint_dir
+    saved_at = ctx.restart.saving()
     if ctx.rank == 0 and directory is not None:
         try:
             states: dict[str, Any] = dict(ctx.pending_restored)
             for name, state in ctx.states.items():
                 states[name] = state.state_dict()
-            path = write(directory, states)
+            path = write(directory, states, saved_at)
             log.info("checkpoint written to %s", path)
         except Exception as err:  # raised after the barrier, which the other ranks are in
             failed = err
@@ -160,6 +173,7 @@ def save(ctx: JobContext) -> Path | None:
         dist.barrier(group=ctx.cpu_group)
     if failed is not None:
         raise failed
+    ctx.restart.saved()
     return path
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from adl.client_lib.restart_cost import RestartClock
 from adl.sched.goodput import BatchBounds, GoodputFunction
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class JobContext:
         # A CPU (gloo) group for small control collectives (batch-size broadcast, metrics,
         # checkpoint barrier), kept apart from the training group's gradient traffic.
         self.cpu_group: Any | None = None
+        # What a restart costs this job (adl.client_lib.restart_cost), reported with the hints.
+        self.restart = RestartClock()
 
     # ------------------------------------------------------------------ placement
 

@@ -119,8 +119,10 @@ def init_process_group(
         stop_group = dist.new_group(backend="gloo")
         cpu_group = dist.new_group(backend="gloo")
         log.info("joined job %s as rank %d/%d", env.job, env.rank, env.world_size)
-    restored = checkpoint.load(env.checkpoint_dir) if env.checkpoint_dir else None
+    restored, saved_at = checkpoint.load_timed(env.checkpoint_dir)
     ctx = JobContext(env, restored)
+    if restored is not None:
+        ctx.restart.restored(saved_at)
     ctx.cpu_group = cpu_group
     ctx.preemption = PreemptionMonitor.from_env(env, group=stop_group, environ=e)
     ctx.preemption.install()
