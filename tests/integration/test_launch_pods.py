@@ -19,7 +19,9 @@ SCRIPT = (
     "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))\n"
     "t = torch.ones(1)\n"
     "dist.all_reduce(t)\n"
-    "print('rank', dist.get_rank(), 'of', dist.get_world_size(), 'sum', int(t.item()))\n"
+    # one write per line: two ranks share the pod's stdout (unbuffered print() writes per part)
+    "r, n = dist.get_rank(), dist.get_world_size()\n"
+    "os.write(1, f'rank {r} of {n} sum {int(t.item())}\\n'.encode())\n"
     "dist.destroy_process_group()\n"
 )
 
