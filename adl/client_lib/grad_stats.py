@@ -130,11 +130,13 @@ class GradStats:
         # holds every parameter the optimizer updates.
         buf.mul_(1.0 / (self.world_size * (micro if self.fold_micro else 1)))
         self.synced = True
+        if stats and bucket.is_last():
+            # Every bucket's local norm is in: share them ahead of the last bucket, so that the
+            # small sum lands while that bucket is still being reduced (not after it).
+            self._share_local_norms(micro)
         fut = dist.all_reduce(buf, async_op=True).get_future()
         if not stats:
             return fut.then(_first_tensor)
-        if bucket.is_last():  # every bucket's local norm is in: share them, in the same stream
-            self._share_local_norms(micro)
         key = bucket.index()
 
         def reduced(done: torch.futures.Future[list[Tensor]]) -> Tensor:
