@@ -51,15 +51,20 @@ def scaled_lrs(optimizer: torch.optim.Optimizer, factors: Sequence[float]) -> It
 
 
 def schedule_over(scheduler: Any) -> bool:
-    """Whether a scheduler with a fixed length (OneCycleLR's ``total_steps``) has taken its
-    last step: stepping it again raises, and leaves it a step past its end. For SequentialLR
-    (warm-up, then OneCycleLR), the part its next step would step."""
+    """Whether a scheduler with a fixed length has taken its last step: OneCycleLR's
+    ``total_steps`` (stepping it again raises, and leaves it a step past its end) or
+    CosineAnnealingLR's ``T_max`` (past it the cosine climbs back towards the initial LR).
+    For SequentialLR (warm-up, then one of those), the part its next step would step."""
     last = getattr(scheduler, "last_epoch", None)
-    if isinstance(scheduler, torch.optim.lr_scheduler.SequentialLR) and isinstance(last, int):
+    if not isinstance(last, int):
+        return False
+    if isinstance(scheduler, torch.optim.lr_scheduler.SequentialLR):
         parts = scheduler._schedulers
         return schedule_over(parts[bisect.bisect_right(scheduler._milestones, last + 1)])
+    if isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR):
+        return last >= scheduler.T_max
     total = getattr(scheduler, "total_steps", None)
-    return isinstance(total, int) and isinstance(last, int) and last >= total
+    return isinstance(total, int) and last >= total
 
 
 class SchedulerStepper:
