@@ -59,6 +59,10 @@ class GradParamsModel(_Model):
     var: float = Field(ge=0)
 
 
+#: the largest restart cost a job may report (seconds)
+MAX_RESTART_COST_S = 86400.0
+
+
 class Hints(_Model):
     """What a running job reports to the scheduler (at most every ~30 s)."""
 
@@ -78,7 +82,8 @@ class Hints(_Model):
     accum_steps: int | None = Field(default=None, ge=0)
     goodput: float | None = Field(default=None, ge=0)
     epoch: int | None = Field(default=None, ge=0)
-    restart_cost_s: float | None = Field(default=None, ge=0)
+    #: seconds a restart costs the job, measured by the library (a day at most)
+    restart_cost_s: float | None = Field(default=None, ge=0, le=MAX_RESTART_COST_S)
 
     @field_validator("local_bsz_bounds")
     @classmethod

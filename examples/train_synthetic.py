@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -74,8 +75,10 @@ def main(argv: list[str] | None = None) -> None:
 
     model = build_model(args.dim, args.classes, args.hidden)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    # The schedule is written for B0; adl steps it once per scale-invariant step.
-    total = args.epochs * args.size // args.batch
+    # The schedule is written for B0; adl steps it once per scale-invariant step. An epoch at
+    # B0 is ceil(size / B0) steps (its last one short), and at larger batches progress can pass
+    # that by a fraction of a step per epoch: adl then holds the cosine at its floor.
+    total = args.epochs * math.ceil(args.size / args.batch)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(total, 1))
     model = adl.AdaptiveDataParallel(model, optimizer, scheduler)  # adl
     stats = adl.Accumulator("stats")  # adl: sums over replicas, kept across restarts

@@ -26,7 +26,7 @@ import httpx
 import tenacity
 
 from adl import contract as C
-from adl.models import GradParamsModel, Hints, PerfParamsModel
+from adl.models import MAX_RESTART_COST_S, GradParamsModel, Hints, PerfParamsModel
 from adl.sched.goodput import BatchBounds, GradParams, PerfParams
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,7 @@ def build_hints(
     accum_steps: int | None = None,
     goodput: float | None = None,
     epoch: int | None = None,
+    restart_cost_s: float | None = None,
 ) -> Hints:
     """The wire model from the library's own types (pure). Statistics that are not finite
     (a diverged run: NaN gradients) are left out rather than fail the report, and so is a
@@ -126,6 +127,10 @@ def build_hints(
         accum_steps=accum_steps,
         goodput=goodput,
         epoch=epoch,
+        # bounded like the model's other fields: a clock that jumped must not fail the report
+        restart_cost_s=restart_cost_s
+        if restart_cost_s is not None and 0 <= restart_cost_s <= MAX_RESTART_COST_S
+        else None,
     )
 
 

@@ -91,8 +91,12 @@ def test_the_digits_tutorial_is_resized_and_learns(adl_home: Path, daemon: int) 
     assert seen and seen <= {r["batch_size"] for r in done}, (seen, done)
     hints = json.loads(adl("describe", "digits", "-o", "json")[1])["status"]["hints"]
     assert hints["perfParams"] is not None  # the early report reached the scheduler
-    if max(r["world"] for r in done) < 2:  # resized at least once: not yet, see below
-        # Everything above is asserted; the growth is not, yet. The policy assumes a 30 s
-        # restart (no job reports its measured one) and counts at least 60 s of declared work,
-        # so a job that declares a run of under a minute never pays back a restart.
-        pytest.xfail("a short job with a declared length is not grown by the policy")
+    # the job measured what a restart costs it (seconds here, not the 30 s assumed without)
+    assert 0 < hints["restartCostS"] < 30, hints
+    # resized at least once, with default settings: the measured restart cost lets a short
+    # job's growth pay back its restart
+    assert max(r["world"] for r in done) == 2, done
+    # and describe says why, before and after: the first answer, then the growth
+    _, text, _ = adl("describe", "digits")
+    assert "started with 1 replica" in text and "waiting for its first report" in text, text
+    assert "grew 1 -> 2: speedup 1.00 ->" in text, text

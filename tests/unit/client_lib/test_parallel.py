@@ -429,6 +429,38 @@ def test_a_fixed_length_schedule_after_a_warm_up_stops_at_its_end_too() -> None:
     assert adp.progress.progress == 7.0 and cycle.last_epoch == 3
 
 
+def test_a_cosine_schedule_holds_its_floor_instead_of_climbing_back() -> None:
+    """CosineAnnealingLR stepped past ``T_max`` climbs back towards the initial LR; progress
+    may pass epochs x dataset / B0 (the example's ``T_max``) by a fraction of a step per
+    epoch, so the last steps of a run would train at a rising LR."""
+    gen = torch.Generator().manual_seed(7)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=3, eta_min=0.001)
+    adp = AdaptiveDataParallel(model, opt, lr_scheduler=sched, init_batch_size=8, report=False)
+    lrs = []
+    for _ in range(6):
+        _step(adp, opt, *_data(gen, 8))
+        lrs.append(opt.param_groups[0]["lr"])
+    assert adp.progress.progress == 6.0 and sched.last_epoch == 3
+    assert lrs == sorted(lrs, reverse=True)  # never climbs
+    assert lrs[-1] == pytest.approx(0.001)
+
+
+def test_a_cosine_schedule_after_a_warm_up_holds_its_floor_too() -> None:
+    gen = torch.Generator().manual_seed(7)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=2)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=3)
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cosine], milestones=[2])
+    adp = AdaptiveDataParallel(model, opt, lr_scheduler=sched, init_batch_size=8, report=False)
+    for _ in range(8):
+        _step(adp, opt, *_data(gen, 8))
+    assert adp.progress.progress == 8.0 and cosine.last_epoch == 3
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.0)
+
+
 def test_adaptive_state_round_trip() -> None:
     gen = torch.Generator().manual_seed(8)
 

@@ -87,7 +87,7 @@ def _checks(rank: int) -> None:
     probe = copy.deepcopy(ref)
     loss_fn(probe(xs[mine]), ys[mine]).backward()
     local_sq = _sq(probe)
-    assert adp._hook_sq.item() == pytest.approx(local_sq, rel=1e-5)
+    assert adp._stats.hook_sq.item() == pytest.approx(local_sq, rel=1e-5)
     local_sqs = []  # every replica's local norm: the estimate uses their average
     for r in range(WORLD):
         probe.zero_grad()

@@ -63,3 +63,31 @@ def test_a_checkpoint_keeps_when_its_save_began(tmp_path: Path) -> None:
     checkpoint.write(tmp_path, {"a": {"x": 2}})
     assert checkpoint.load_timed(tmp_path) == ({"a": {"x": 2}}, None)
     assert checkpoint.load(tmp_path) == {"a": {"x": 2}}
+
+
+def test_the_hints_carry_the_measured_restart_cost() -> None:
+    import torch
+    from torch import nn
+
+    from adl.client_lib.env import init_process_group, shutdown
+    from adl.client_lib.parallel import AdaptiveDataParallel
+
+    ctx = init_process_group()  # standalone: this process is the whole job
+    try:
+        model = nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        adp = AdaptiveDataParallel(model, opt)
+        before = adp.hints()
+        assert before is None or before.restart_cost_s is None  # nothing trained yet
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        nn.functional.mse_loss(adp(x), y).backward()
+        opt.step()
+        hints = adp.hints()
+        assert hints is not None and hints.restart_cost_s is not None
+        # this process's start-up so far: positive, and no longer than it has lived
+        started = process_start_time()
+        assert started is not None
+        assert 0 < hints.restart_cost_s <= time.time() - started
+        assert ctx.restart.estimate_s() == hints.restart_cost_s
+    finally:
+        shutdown()
