@@ -78,6 +78,11 @@ ENV_STOP_FILE = "ADL_STOP_FILE"
 ENV_GRACE_PERIOD_S = "ADL_GRACE_PERIOD_S"
 #: torch.distributed timeout of the job's process group, in seconds.
 ENV_DIST_TIMEOUT_S = "ADL_DIST_TIMEOUT_S"
+#: A directory for TensorBoard scalars (goodput, batch size, LR scale, noise scale...) that
+#: rank 0 of AdaptiveDataParallel writes; unset means none are written.
+ENV_TENSORBOARD_DIR = "ADL_TENSORBOARD_DIR"
+#: Write those scalars every this many optimizer steps (default 10).
+ENV_TENSORBOARD_EVERY = "ADL_TENSORBOARD_EVERY"
 
 # Settings of adl's own processes (CLI, daemon, operator, simulator), not of workers.
 ENV_HOME = "ADL_HOME"

@@ -49,6 +49,7 @@ from adl.client_lib.scaling import (
     default_rule,
     predicted_lr_scale,
 )
+from adl.client_lib.tensorboard import TensorBoardScalars
 from adl.models import Hints
 from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams
 
@@ -133,6 +134,7 @@ class AdaptiveDataParallel(nn.Module):
         name: str = "adaptive_data_parallel",
         report: bool = True,
         stats_interval: int = 1,
+        tensorboard_dir: str | os.PathLike[str] | None = None,
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -212,6 +214,8 @@ class AdaptiveDataParallel(nn.Module):
         self._loader_claimed = False
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
         patch_step(self.optimizer, self._optimizer_step)
+        # Opt-in scalars (adl.client_lib.tensorboard): None, and so free, unless asked for.
+        self._tensorboard = TensorBoardScalars.create(tensorboard_dir, self.rank)
         self._register_checkpoint()
         self.reporter: HintsReporter | None = None
         if report and self.rank == 0:
@@ -372,6 +376,8 @@ class AdaptiveDataParallel(nn.Module):
         self._last_gain = gain
         self.progress.advance(gain, batch)
         self._scheduler.catch_up(self.progress.progress)
+        if self._tensorboard is not None:
+            self._tensorboard.after_step(self, batch, local, micro)
         return result
 
     # ------------------------------------------------------------------ what others read
@@ -433,6 +439,8 @@ class AdaptiveDataParallel(nn.Module):
         """Stop the background reporter (also done at interpreter exit: the thread is a daemon)."""
         if self.reporter is not None:
             self.reporter.stop()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
 
     # ------------------------------------------------------------------ checkpointing
 

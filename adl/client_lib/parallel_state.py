@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 def adaptive_state_dict(adp: AdaptiveDataParallel) -> dict[str, Any]:
     """Everything to resume: model, optimizer, scheduler, scaler, statistics, progress."""
     adp.gns.publish()
+    if adp._tensorboard is not None:  # the scalars so far reach the disk with the checkpoint
+        adp._tensorboard.checkpoint(adp)
     state: dict[str, Any] = {
         "model": adp._model.state_dict(),
         "optimizer": adp.optimizer.state_dict(),
