@@ -128,13 +128,29 @@ def test_nothing_is_written_unless_asked(
 
 
 def test_a_resumed_job_continues_the_curves_in_the_same_directory(
-    make_context: MakeContext, tmp_path: Path
+    make_context: MakeContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    # The local writer often lands events before any flush; what makes them certain to be on
+    # disk (or in remote storage, which buffers) is the flush, so count the flushes.
+    flushes: list[int] = []
+    flush = SummaryWriter.flush
+
+    def counted(self: SummaryWriter) -> None:
+        flushes.append(1)
+        flush(self)
+
+    monkeypatch.setattr(SummaryWriter, "flush", counted)
     logdir = tmp_path / "tb"
     ctx = make_context()
     adp, train = _job(tensorboard_dir=logdir)  # the argument alone asks for it (default N=10)
     train(25)
+    assert not flushes  # writing every N steps does not flush (no per-write file sync)
     ctx.save()  # puts a point at the saved step and flushes
+    # on disk now, without a close: a preemption (which checkpoints, then exits) loses nothing
+    assert flushes
+    assert [s for s, _ in _scalars(logdir)["adl/batch_size"]] == [10, 20, 25]
     train(7)  # step 30 is written, then the job dies before its next checkpoint
     adp.close()
 
