@@ -110,6 +110,8 @@ class JobContext:
         self.cpu_group: Any | None = None
         # What a restart costs this job (adl.client_lib.restart_cost), reported with the hints.
         self.restart = RestartClock()
+        # Called once the declared epochs are done (AdaptiveDataParallel: a last report).
+        self.work_done_hooks: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ placement
 

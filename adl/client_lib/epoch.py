@@ -61,6 +61,10 @@ def remaining_epochs_until(epochs: int) -> Iterator[int]:
     finally:
         state.active = False
         state.looped = True
+    # every declared epoch ran: say so at once (a final hints report), so the status shows the
+    # finished progress and the scheduler leaves the job its GPUs while it saves and exits
+    for hook in list(ctx.work_done_hooks):
+        hook()
 
 
 def current_epoch() -> int | None:

@@ -222,6 +222,9 @@ class AdaptiveDataParallel(nn.Module):
             self.reporter = HintsReporter.from_env(self.hints, watch=self._loader_config)
             if self.reporter is not None:
                 self.reporter.start()
+                hooks = _ctx_attr(self._ctx, "work_done_hooks", None)
+                if hooks is not None:
+                    hooks.append(self._final_report)
         self._register_goodput_provider()
 
     @property
@@ -434,6 +437,11 @@ class AdaptiveDataParallel(nn.Module):
         """The data loader's (micro-batch, accumulation steps), (None, None) without one."""
         ctx = _context() or self._ctx
         return _ctx_attr(ctx, "local_bsz", None), _ctx_attr(ctx, "accum_steps", None)
+
+    def _final_report(self) -> None:
+        """The declared work is done: one last report (progress complete), then no more."""
+        if self.reporter is not None:
+            self.reporter.stop(flush=True)
 
     def close(self) -> None:
         """Stop the background reporter (also done at interpreter exit: the thread is a daemon)."""

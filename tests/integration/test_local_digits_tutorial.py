@@ -91,6 +91,8 @@ def test_the_digits_tutorial_is_resized_and_learns(adl_home: Path, daemon: int) 
     assert seen and seen <= {r["batch_size"] for r in done}, (seen, done)
     hints = json.loads(adl("describe", "digits", "-o", "json")[1])["status"]["hints"]
     assert hints["perfParams"] is not None  # the early report reached the scheduler
+    # the last report went out when the declared epochs were done: the status shows them done
+    assert hints["progress"] == pytest.approx(hints["totalProgress"]), hints
     # the job measured what a restart costs it (seconds here, not the 30 s assumed without)
     assert 0 < hints["restartCostS"] < 30, hints
     # resized at least once, with default settings: the measured restart cost lets a short
