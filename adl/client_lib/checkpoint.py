@@ -122,7 +122,7 @@ def write(directory: Path, states: dict[str, Any], saved_at: float | None = None
     try:
         with open(tmp, "wb") as f:
             hashing = _Hashing(f)
-            torch.save(payload, hashing)
+            torch.save(payload, hashing)  # type: ignore[arg-type]  # write+flush suffice
             f.flush()
             os.fsync(f.fileno())
         _check_loadable(tmp, states)
