@@ -119,5 +119,13 @@ def register(app: typer.Typer) -> None:
                 counts[rec.status.phase.value] = counts.get(rec.status.phase.value, 0) + 1
             summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
             typer.echo(f"jobs:    {summary}")
+            unwritable = store.probe_write()
+            if unwritable is None:
+                typer.echo("state:   writable")
+            else:  # a full disk or a read-only file: say so, the phases above may be old
+                typer.echo(
+                    f"state:   NOT WRITABLE ({unwritable}): the phases shown may be stale; "
+                    "the daemon retries until it can write (free disk space, check permissions)"
+                )
         finally:
             store.close()

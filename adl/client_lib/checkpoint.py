@@ -1,9 +1,13 @@
 """Checkpoint files: one writer, atomic replacement, safe loading.
 
 A checkpoint is one file, ``adl-checkpoint.pt`` in ``ADL_CHECKPOINT_DIR``, holding
-``{"format": 1, "states": {name: state_dict}}``. Rank 0 writes it to a temporary file in the same
-directory, fsyncs it and renames it over the old one, so a crash at any moment (kill -9 included)
-leaves either the previous checkpoint or the new one, never a torn file. Loading uses
+``{"format": 1, "states": {name: state_dict}}``, with the sha256 of its bytes in a sidecar
+(``adl-checkpoint.pt.sha256``). Rank 0 writes it to a temporary file in the same directory,
+fsyncs it, reads it back, then keeps the old one as ``adl-checkpoint.prev.pt`` (with its
+sidecar) and renames the new one over it, so a crash at any moment (kill -9 included) or a full
+disk leaves at least one complete, verified checkpoint, never only a torn file. Loading checks
+the sha256 (flipped bytes in tensor data would otherwise load silently) and falls back to the
+previous copy, with a warning, when the last one is missing, torn or corrupted. Loading uses
 ``torch.load(weights_only=True)``: tensors and plain containers only, no arbitrary pickle code.
 States describe the global job (not one rank), so a checkpoint loads at any world size.
 """
@@ -11,7 +15,9 @@ States describe the global job (not one rank), so a checkpoint loads at any worl
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import json
 import logging
 import os
 import pickle
@@ -30,6 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FILENAME = "adl-checkpoint.pt"
+PREVIOUS = "adl-checkpoint.prev.pt"
+#: the sidecar beside a checkpoint: ``{"sha256": hex, "bytes": size}`` of its file
+DIGEST_SUFFIX = ".sha256"
 FORMAT = 1
 _TMP_PREFIX = ".adl-checkpoint-"
 _TMP_SUFFIX = ".tmp"
@@ -41,6 +50,42 @@ class CheckpointError(RuntimeError):
 
 def checkpoint_path(directory: Path) -> Path:
     return Path(directory) / FILENAME
+
+
+def previous_path(directory: Path) -> Path:
+    """The checkpoint before the last one, kept to fall back to."""
+    return Path(directory) / PREVIOUS
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + DIGEST_SUFFIX)
+
+
+class _Hashing:
+    """A write-only file that hashes what goes through it: the checksum costs no second read
+    of a checkpoint that may be many gigabytes."""
+
+    def __init__(self, f: io.BufferedWriter) -> None:
+        self.f = f
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _file_digest(path: Path) -> tuple[str, int]:
+    sha, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            sha.update(chunk)
+            size += len(chunk)
+    return sha.hexdigest(), size
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -71,22 +116,62 @@ def write(directory: Path, states: dict[str, Any], saved_at: float | None = None
     payload: dict[str, Any] = {"format": FORMAT, "states": states}
     if saved_at is not None:
         payload[SAVED_AT] = float(saved_at)
-    fd, tmp_name = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=directory)
-    tmp = Path(tmp_name)
+    final = checkpoint_path(directory)
+    tmp = _temporary(directory)
+    sidecar: Path | None = None
     try:
-        os.fchmod(fd, 0o644)  # mkstemp makes it private; a checkpoint is as readable as the dir
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+        with open(tmp, "wb") as f:
+            hashing = _Hashing(f)
+            torch.save(payload, hashing)  # type: ignore[arg-type]  # write+flush suffice
             f.flush()
             os.fsync(f.fileno())
         _check_loadable(tmp, states)
-        final = checkpoint_path(directory)
+        sidecar = _temporary(directory)
+        digest = {"sha256": hashing.sha.hexdigest(), "bytes": hashing.size}
+        with open(sidecar, "w") as f:
+            f.write(json.dumps(digest) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        # Commit. The new file and its digest are complete on disk; a failure (ENOSPC) before
+        # this point left the old checkpoint untouched. Keep the old one as the previous copy
+        # (hard links: the last checkpoint stays in place meanwhile), then put the new digest
+        # and the new file in place. A crash between those two renames leaves the new digest
+        # beside the old file: that mismatch falls back to the previous copy, the same bytes.
+        if final.exists():
+            _keep_previous(directory, final)
+        os.replace(sidecar, _digest_path(final))
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        if sidecar is not None:
+            sidecar.unlink(missing_ok=True)
         raise
     _fsync_dir(directory)
     return final
+
+
+def _temporary(directory: Path) -> Path:
+    """A new empty file named as the stale-temporary sweep expects."""
+    fd, name = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=directory)
+    os.fchmod(fd, 0o644)  # mkstemp makes it private; a checkpoint is as readable as the dir
+    os.close(fd)
+    return Path(name)
+
+
+def _keep_previous(directory: Path, final: Path) -> None:
+    """Make the current checkpoint (and its digest, when it has one) the previous copy."""
+    prev = previous_path(directory)
+    for src, dst in ((final, prev), (_digest_path(final), _digest_path(prev))):
+        if not src.exists():  # written before digests existed: the previous copy has none
+            _digest_path(prev).unlink(missing_ok=True)
+            continue
+        link = _temporary(directory)
+        link.unlink()
+        try:
+            os.link(src, link)
+        except OSError:  # no hard links on this file system: copy instead
+            link.write_bytes(src.read_bytes())
+        os.replace(link, dst)
 
 
 def _loads(data: bytes | Path) -> None:
@@ -132,16 +217,53 @@ def load_timed(directory: Path | None) -> tuple[dict[str, Any] | None, float | N
     checkpoint, or one written before that was stored)."""
     if directory is None:
         return None, None
-    path = checkpoint_path(Path(directory))
-    if not path.exists():
-        return None, None
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    directory = Path(directory)
+    if directory.is_dir():  # a save killed half-way left a (large) temporary: free it now
+        _remove_stale_temporaries(directory)
+    first: CheckpointError | None = None
+    for path in (checkpoint_path(directory), previous_path(directory)):
+        if not path.exists():
+            continue
+        try:
+            states, saved_at = _load_verified(path)
+        except CheckpointError as err:
+            first = first or err
+            log.warning("%s; trying the previous checkpoint", err)
+            continue
+        if first is not None:
+            log.warning("restoring the previous checkpoint %s: the last one is unusable", path)
+        log.info("restoring checkpoint %s (%s)", path, ", ".join(sorted(states)))
+        return states, saved_at
+    if first is not None:
+        raise first
+    return None, None
+
+
+def _load_verified(path: Path) -> tuple[dict[str, Any], float | None]:
+    """One checkpoint file, its digest checked when it has one; CheckpointError if unusable."""
+    sidecar = _digest_path(path)
+    if sidecar.exists():
+        try:
+            want = json.loads(sidecar.read_text())
+            expected = (str(want["sha256"]), int(want["bytes"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{sidecar} is unreadable ({err})") from err
+        if _file_digest(path) != expected:
+            raise CheckpointError(
+                f"{path} is corrupted: its sha256 or size differs from the ones recorded when "
+                "it was written"
+            )
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise  # a value this loader refuses: loading an older copy would not change that
+    except Exception as err:  # torn or truncated (a checkpoint from before the digests)
+        raise CheckpointError(f"{path} cannot be loaded ({type(err).__name__}: {err})") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an adl checkpoint (format {FORMAT})")
     states = payload.get("states")
     if not isinstance(states, dict):
         raise CheckpointError(f"{path} has no states")
-    log.info("restoring checkpoint %s (%s)", path, ", ".join(sorted(states)))
     saved_at = payload.get(SAVED_AT)
     return states, float(saved_at) if isinstance(saved_at, (int, float)) else None
 

@@ -274,6 +274,54 @@ def _succeeded(current: Sequence[ReplicaState]) -> bool:
     )
 
 
+def _stopped_after_work_done(st: AdaptiveJobStatus, current: Sequence[ReplicaState]) -> bool:
+    """The job reported all of its work done and every replica then exited cleanly, some
+    stopped (143) on the way out by a SIGTERM: the final state is saved, the job is finished.
+    Restarting it would only start a group that loads that checkpoint and exits again."""
+    return (
+        st.hints is not None
+        and st.hints.work_done
+        and bool(current)
+        and not any(r.alive or r.phase == ReplicaPhase.FAILED for r in current)
+    )
+
+
+#: the condition a stop that had to checkpoint leaves behind (``adl describe`` shows it)
+CHECKPOINTED = "Checkpointed"
+
+
+def _record_stop(s: _Step, current: Sequence[ReplicaState]) -> None:
+    """A group stopped to be resized, preempted or suspended must checkpoint on its way out;
+    one whose replica exits non-zero (rank 0 hit ENOSPC while saving, or was killed past its
+    grace period) did not, and the next group resumes from an older checkpoint. Say so with a
+    Warning event and a False ``Checkpointed`` condition, once per failed group (the step is
+    level-triggered, so the condition is also what remembers it was said). A failure restart
+    (``restartAfter`` set) is not a checkpointing stop: its crash was reported already."""
+    st = s.status
+    stopping = s.spec.suspend or (st.phase == Phase.RESTARTING and st.restart_after is None)
+    if not stopping or not current or st.group == 0:
+        return
+    old = next((c for c in st.conditions if c.type == CHECKPOINTED), None)
+    failed = next((r for r in current if r.phase == ReplicaPhase.FAILED), None)
+    if failed is None:
+        if old is not None and old.status == "False" and not any(r.present for r in current):
+            set_condition(
+                st, CHECKPOINTED, True, "Stopped", f"group {st.group} checkpointed", s.now
+            )
+        return
+    why = {"Resizing": " for a resize", "Preempted": " for a preemption"}.get(st.reason, "")
+    what = " for a suspend" if s.spec.suspend else why
+    exit_text = failed.message or f"rank {failed.rank} exited {failed.exit_code}"
+    message = (
+        f"group {st.group}: {exit_text} while being stopped{what}, so its checkpoint may not "
+        "have been written (disk full?); the next group resumes from the last good checkpoint"
+    )
+    if old is not None and old.status == "False" and old.message == message:
+        return
+    set_condition(st, CHECKPOINTED, False, "CheckpointFailed", message, s.now)
+    s.event("Warning", "CheckpointFailed", message)
+
+
 def _active(s: _Step, current: list[ReplicaState]) -> None:
     """Starting or Running: a group is (supposed to be) up."""
     st, spec = s.status, s.spec
@@ -289,6 +337,10 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
         s.phase(Phase.SUCCEEDED, "Succeeded", "all workers finished")
         return
     present = {r.rank for r in current}
+    if _stopped_after_work_done(st, current) and present >= set(range(expected)):
+        st.ready_replicas = 0
+        s.phase(Phase.SUCCEEDED, "Succeeded", "all work done; workers stopped on their way out")
+        return
     missing = tuple(i for i in range(expected) if i not in present)
     stopped = [r for r in current if r.phase == ReplicaPhase.STOPPED]
     finished_rank = any(r.phase == ReplicaPhase.SUCCEEDED for r in current)
@@ -399,6 +451,7 @@ def step(
         s.stop(current)
         return s.finish()
 
+    _record_stop(s, current)
     if spec.suspend:
         s.stop(current)
         st.allocation, st.replicas, st.ready_replicas = [], 0, 0
@@ -409,7 +462,9 @@ def step(
         s.phase(Phase.PENDING, "Resumed", "spec.suspend is false")
 
     if st.phase in (Phase.PENDING, Phase.RESTARTING) or st.group == 0:
-        if st.phase == Phase.RESTARTING and _succeeded(current):
+        if st.phase == Phase.RESTARTING and (
+            _succeeded(current) or _stopped_after_work_done(st, current)
+        ):
             s.phase(Phase.SUCCEEDED, "Succeeded", "workers finished while being stopped")
         elif observed.any_present():
             s.stop(current)  # wait for every replica to exit before the next group

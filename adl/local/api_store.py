@@ -66,11 +66,13 @@ class LocalApiStore:
         ]
 
     def ready(self) -> bool:
+        """The state answers and can be written: a daemon that cannot record what its workers
+        do (a full disk, a read-only file) would show stale phases, so it is not ready."""
         try:
             self.store.get_meta("daemon_pid")
         except Exception:
             return False
-        return True
+        return self.store.probe_write() is None
 
 
 def build_app(daemon: Daemon) -> Any:

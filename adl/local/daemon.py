@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -138,10 +139,7 @@ class Daemon:
             )
             while not self._stop.is_set():
                 t0 = time.monotonic()
-                try:
-                    self.tick()
-                except Exception:
-                    log.exception("tick failed")
+                self.safe_tick()
                 self._stop.wait(max(self.s.tick_s - (time.monotonic() - t0), 0.01))
         finally:
             self.shutdown()
@@ -234,6 +232,18 @@ class Daemon:
                 self.jobs[key].status.attained_service_s = seconds
 
     # ------------------------------------------------------------------ the loop
+
+    def safe_tick(self) -> None:
+        """One tick of the loop; what fails is retried on the next one. A state database that
+        cannot be written (a full disk) is logged once by the store, not once per tick, and
+        shows in ``adl local status`` and ``/readyz`` until a write succeeds again."""
+        try:
+            self.tick()
+        except sqlite3.Error:
+            if self.store.write_error is None:  # not a write: say it
+                log.exception("tick failed")
+        except Exception:
+            log.exception("tick failed")
 
     def tick(self) -> None:
         if self.reload():

@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -158,8 +158,15 @@ class Event:
 class Store:
     """Thread-safe access to the state database (one connection, one lock per process)."""
 
+    #: FAULT-INJECTION SEAM, for tests only: when set, every commit fails with
+    #: ``sqlite3.OperationalError(fail_writes)`` as on a full disk or a read-only file (chmod
+    #: cannot make a file unwritable for root, who runs the tests in CI). Never set otherwise.
+    fail_writes: str | None = None
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        #: why the last write failed (None once one succeeds): the state on disk may be stale
+        self.write_error: str | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(
@@ -187,13 +194,41 @@ class Store:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One IMMEDIATE transaction: writers serialize, readers never see half a change."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    if self.fail_writes is not None:  # fault injection (tests): see fail_writes
+                        raise sqlite3.OperationalError(self.fail_writes)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    # a COMMIT that failed (disk full) may leave the transaction open: every
+                    # later BEGIN would then fail too, long after the disk has space again
+                    if self._db.in_transaction:
+                        with suppress(sqlite3.Error):
+                            self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as err:
+                self._write_failed(err)
                 raise
-            self._db.execute("COMMIT")
+            if self.write_error is not None:
+                log.warning("the state database %s can be written again", self.path)
+                self.write_error = None
+
+    def _write_failed(self, err: sqlite3.Error) -> None:
+        text = f"{type(err).__name__}: {err}"
+        if text != self.write_error:  # once per new error, not once per retry
+            log.error("cannot write the state database %s (%s); retrying", self.path, text)
+        self.write_error = text
+
+    def probe_write(self) -> str | None:
+        """Commit a tiny write; None when it worked, else why not (disk full, read-only): the
+        database stays readable then, but what it says may be stale."""
+        try:
+            self.set_meta("write_probe", repr(time.time()))
+        except sqlite3.Error as err:
+            return f"{type(err).__name__}: {err}"
+        return None
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:

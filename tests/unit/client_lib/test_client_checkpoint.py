@@ -35,7 +35,11 @@ def test_write_and_load_round_trip(tmp_path: Path) -> None:
     assert loaded is not None
     assert torch.equal(loaded["model"]["w"], torch.arange(4.0))
     assert loaded["loader"] == {"epoch": 2, "offset": 17}
-    assert [p.name for p in tmp_path.iterdir()] == [checkpoint.FILENAME]  # no temporaries left
+    # no temporaries left: the checkpoint and its digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        checkpoint.FILENAME,
+        checkpoint.FILENAME + checkpoint.DIGEST_SUFFIX,
+    ]
 
 
 def test_no_checkpoint_reads_as_none(tmp_path: Path) -> None:
@@ -57,7 +61,10 @@ def test_a_failed_write_keeps_the_previous_checkpoint(
         write(tmp_path, {"v": {"n": 2}})
     monkeypatch.undo()
     assert load(tmp_path) == {"v": {"n": 1}}
-    assert [p.name for p in tmp_path.iterdir()] == [checkpoint.FILENAME]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        checkpoint.FILENAME,
+        checkpoint.FILENAME + checkpoint.DIGEST_SUFFIX,
+    ]
 
 
 def test_stale_temporaries_of_a_killed_writer_are_removed(tmp_path: Path) -> None:
