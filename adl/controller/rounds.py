@@ -8,6 +8,7 @@ driver that also measures how long the policy took (for the round-latency histog
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -134,17 +135,20 @@ def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> f
         return None
     if hints.goodput is not None:
         return hints.goodput
-    fn = goodput_from_hints(hints)
-    if fn is None or replicas < 1:
+    try:
+        fn = goodput_from_hints(hints)
+        if fn is None or replicas < 1:
+            return None
+        accum = hints.accum_steps or 0
+        local = hints.local_bsz or (
+            hints.batch_size // (replicas * (accum + 1)) if hints.batch_size else None
+        )
+        if not local:
+            return None
+        value = float(fn.evaluate(max(num_nodes, 1), replicas, local, accum))
+    except Exception:  # a model nothing can evaluate: no figure, and ls/metrics still work
         return None
-    accum = hints.accum_steps or 0
-    local = hints.local_bsz or (
-        hints.batch_size // (replicas * (accum + 1)) if hints.batch_size else None
-    )
-    if not local:
-        return None
-    value = float(fn.evaluate(max(num_nodes, 1), replicas, local, accum))
-    return value if value >= 0 and value == value else None  # drop NaN
+    return value if 0 <= value < math.inf else None  # drop NaN and infinity
 
 
 #: how long a job that reported all of its work done keeps its GPUs whatever the policy says
