@@ -174,6 +174,40 @@ class Hints(_Model):
 # --------------------------------------------------------------------------- AdaptiveJob
 
 
+#: The largest object adl accepts (a manifest, a spec): what the Kubernetes API server stores
+#: in etcd (about 1.5 MiB). A 1 KB YAML alias bomb once became a 147 MB spec.
+MAX_OBJECT_BYTES = 1536 * 1024
+
+
+def oversized(value: Any, limit: int = MAX_OBJECT_BYTES) -> bool:
+    """Whether ``value`` (parsed JSON or YAML) would serialize to more than ``limit`` bytes,
+    every shared reference (YAML alias) expanded. The walk stops as soon as the count passes
+    ``limit``, so its time is bounded whatever the aliases, cycles included."""
+    size, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        size += 2  # brackets, quotes or separators: every node counts, so cycles end too
+        if isinstance(v, dict):
+            size += len(v)
+            for k, x in v.items():
+                size += len(str(k)) + 3
+                stack.append(x)
+        elif isinstance(v, list | tuple):
+            size += len(v)
+            stack.extend(v)
+        elif isinstance(v, str):
+            size += len(v)
+        else:
+            size += 8  # numbers, booleans, null
+        if size > limit:
+            return True
+    return False
+
+
+def limit_text(limit: int = MAX_OBJECT_BYTES) -> str:
+    return f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit} bytes"
+
+
 class CheckpointSpec(_Model):
     """Where checkpoints live: an existing claim, or a claim made from a storage class."""
 
@@ -209,6 +243,17 @@ class AdaptiveJobSpec(_Model):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(default=3, ge=0, le=1000, description="failure budget")
     termination_grace_period_seconds: int = Field(default=60, ge=1, le=3600)
+
+    @field_validator("template", mode="before")
+    @classmethod
+    def _bounded(cls, v: Any, info: ValidationInfo) -> Any:
+        # before anything copies it: the walk stops at the limit, a copy would not
+        if not (info.context or {}).get("stored") and oversized(v):
+            raise ValueError(
+                f"template is larger than {limit_text()} (the limit of a Kubernetes object),"
+                " counting every YAML alias expanded"
+            )
+        return v
 
     @field_validator("template")
     @classmethod
