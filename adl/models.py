@@ -7,7 +7,7 @@ import difflib
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -40,23 +40,64 @@ class _Model(BaseModel):
 # --------------------------------------------------------------------------- hints (job -> sched)
 
 
+#: Bounds on what a job may report. Every number a job sends reaches numpy in the scheduling
+#: round, in ``ls``/``top`` and in ``/metrics``: one job's absurd but schema-valid report (a
+#: micro-batch range up to 1e20) used to stop scheduling for every job. The limits are far
+#: beyond any real job and small enough that the goodput arithmetic stays finite.
+#: the largest batch (global or per replica) in samples: 16.7 M
+MAX_BATCH_SIZE = 2**24
+#: the most replicas a job may have (as in the spec)
+MAX_REPLICAS = 4096
+#: the most accumulation steps per optimizer step
+MAX_ACCUM_STEPS = 4096
+#: seconds: the largest throughput-model coefficient (an hour per micro-batch or per sync)
+MAX_PERF_S = 3600.0
+#: seconds: the shortest micro-batch the throughput model may predict (alphaC + betaC)
+MIN_MICRO_BATCH_S = 1e-9
+#: the largest gradient statistic (squared norm or variance; float32 overflows near 3.4e38)
+MAX_GRAD_STAT = 1e30
+#: scale-invariant steps: the largest progress or total a job may report
+MAX_PROGRESS = 1e12
+#: scale-invariant steps per second: the largest goodput a job may report
+MAX_GOODPUT = 1e9
+#: the largest epoch number a job may report
+MAX_EPOCH = 10**7
+
+
+#: a micro-batch size (samples per replica per forward/backward)
+MicroBatch = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
+
+
 class PerfParamsModel(_Model):
     """Fitted throughput-model parameters (see adl.sched.goodput)."""
 
-    alpha_c: float = Field(ge=0)
-    beta_c: float = Field(ge=0)
-    alpha_n: float = Field(ge=0)
-    beta_n: float = Field(ge=0)
-    alpha_r: float = Field(ge=0)
-    beta_r: float = Field(ge=0)
-    gamma: float = Field(ge=1, le=10)
+    alpha_c: float = Field(ge=0, le=MAX_PERF_S, description="seconds per micro-batch, fixed part")
+    beta_c: float = Field(ge=0, le=MAX_PERF_S, description="seconds per sample of a micro-batch")
+    alpha_n: float = Field(ge=0, le=MAX_PERF_S, description="seconds per sync across nodes")
+    beta_n: float = Field(
+        ge=0, le=MAX_PERF_S, description="seconds per sync across nodes, per replica beyond 2"
+    )
+    alpha_r: float = Field(ge=0, le=MAX_PERF_S, description="seconds per sync within a node")
+    beta_r: float = Field(
+        ge=0, le=MAX_PERF_S, description="seconds per sync within a node, per replica beyond 2"
+    )
+    gamma: float = Field(ge=1, le=10, description="compute/sync overlap exponent")
+
+    @model_validator(mode="after")
+    def _takes_time(self) -> PerfParamsModel:
+        # a micro-batch of no time makes goodput infinite and every speedup NaN
+        if self.alpha_c + self.beta_c < MIN_MICRO_BATCH_S:
+            raise ValueError(
+                f"alphaC + betaC must be >= {MIN_MICRO_BATCH_S:g} s (a micro-batch takes time)"
+            )
+        return self
 
 
 class GradParamsModel(_Model):
     """Gradient statistics: squared norm of the true gradient, noise variance at B0."""
 
-    sqr: float = Field(ge=0)
-    var: float = Field(ge=0)
+    sqr: float = Field(ge=0, le=MAX_GRAD_STAT, description="squared norm of the true gradient")
+    var: float = Field(ge=0, le=MAX_GRAD_STAT, description="gradient noise variance at B0")
 
 
 #: the largest restart cost a job may report (seconds)
@@ -66,24 +107,47 @@ MAX_RESTART_COST_S = 86400.0
 class Hints(_Model):
     """What a running job reports to the scheduler (at most every ~30 s)."""
 
-    init_batch_size: int = Field(ge=1, description="B0: the batch size the user chose")
-    max_batch_size: int | None = Field(default=None, ge=1)
-    local_bsz_bounds: tuple[int, int] | None = None
+    init_batch_size: int = Field(
+        ge=1, le=MAX_BATCH_SIZE, description="B0: the batch size the user chose (samples)"
+    )
+    max_batch_size: int | None = Field(
+        default=None, ge=1, le=MAX_BATCH_SIZE, description="largest global batch (samples)"
+    )
+    local_bsz_bounds: tuple[MicroBatch, MicroBatch] | None = Field(
+        default=None, description="micro-batch range per replica [lo, hi] (samples)"
+    )
     gradient_accumulation: bool = False
     perf_params: PerfParamsModel | None = None
     grad_params: GradParamsModel | None = None
-    max_profiled_replicas: int = Field(default=0, ge=0)
-    progress: float = Field(default=0.0, ge=0, description="scale-invariant steps done")
-    total_progress: float | None = Field(
-        default=None, ge=0, description="scale-invariant steps for the whole run, when declared"
+    max_profiled_replicas: int = Field(
+        default=0, ge=0, le=MAX_REPLICAS, description="most replicas the job has measured"
     )
-    batch_size: int | None = Field(default=None, ge=1, description="current global batch")
-    local_bsz: int | None = Field(default=None, ge=1)
-    accum_steps: int | None = Field(default=None, ge=0)
-    goodput: float | None = Field(default=None, ge=0)
-    epoch: int | None = Field(default=None, ge=0)
+    progress: float = Field(
+        default=0.0, ge=0, le=MAX_PROGRESS, description="scale-invariant steps done"
+    )
+    total_progress: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_PROGRESS,
+        description="scale-invariant steps for the whole run, when declared",
+    )
+    batch_size: int | None = Field(
+        default=None, ge=1, le=MAX_BATCH_SIZE, description="current global batch (samples)"
+    )
+    local_bsz: int | None = Field(
+        default=None, ge=1, le=MAX_BATCH_SIZE, description="current micro-batch per replica"
+    )
+    accum_steps: int | None = Field(
+        default=None, ge=0, le=MAX_ACCUM_STEPS, description="current accumulation steps"
+    )
+    goodput: float | None = Field(
+        default=None, ge=0, le=MAX_GOODPUT, description="scale-invariant steps per second"
+    )
+    epoch: int | None = Field(default=None, ge=0, le=MAX_EPOCH)
     #: seconds a restart costs the job, measured by the library (a day at most)
-    restart_cost_s: float | None = Field(default=None, ge=0, le=MAX_RESTART_COST_S)
+    restart_cost_s: float | None = Field(
+        default=None, ge=0, le=MAX_RESTART_COST_S, description="seconds a restart costs the job"
+    )
 
     @field_validator("local_bsz_bounds")
     @classmethod
@@ -110,12 +174,46 @@ class Hints(_Model):
 # --------------------------------------------------------------------------- AdaptiveJob
 
 
+#: The largest object adl accepts (a manifest, a spec): what the Kubernetes API server stores
+#: in etcd (about 1.5 MiB). A 1 KB YAML alias bomb once became a 147 MB spec.
+MAX_OBJECT_BYTES = 1536 * 1024
+
+
+def oversized(value: Any, limit: int = MAX_OBJECT_BYTES) -> bool:
+    """Whether ``value`` (parsed JSON or YAML) would serialize to more than ``limit`` bytes,
+    every shared reference (YAML alias) expanded. The walk stops as soon as the count passes
+    ``limit``, so its time is bounded whatever the aliases, cycles included."""
+    size, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        size += 2  # brackets, quotes or separators: every node counts, so cycles end too
+        if isinstance(v, dict):
+            size += len(v)
+            for k, x in v.items():
+                size += len(str(k)) + 3
+                stack.append(x)
+        elif isinstance(v, list | tuple):
+            size += len(v)
+            stack.extend(v)
+        elif isinstance(v, str):
+            size += len(v)
+        else:
+            size += 8  # numbers, booleans, null
+        if size > limit:
+            return True
+    return False
+
+
+def limit_text(limit: int = MAX_OBJECT_BYTES) -> str:
+    return f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit} bytes"
+
+
 class CheckpointSpec(_Model):
     """Where checkpoints live: an existing claim, or a claim made from a storage class."""
 
-    claim_name: str | None = None
-    storage_class: str | None = None
-    size: str = "10Gi"
+    claim_name: str | None = Field(default=None, max_length=253)  # a Kubernetes object name
+    storage_class: str | None = Field(default=None, max_length=253)
+    size: str = Field(default="10Gi", max_length=64, description="a Kubernetes quantity")
 
     @model_validator(mode="after")
     def _one_source(self) -> CheckpointSpec:
@@ -145,6 +243,17 @@ class AdaptiveJobSpec(_Model):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(default=3, ge=0, le=1000, description="failure budget")
     termination_grace_period_seconds: int = Field(default=60, ge=1, le=3600)
+
+    @field_validator("template", mode="before")
+    @classmethod
+    def _bounded(cls, v: Any, info: ValidationInfo) -> Any:
+        # before anything copies it: the walk stops at the limit, a copy would not
+        if not (info.context or {}).get("stored") and oversized(v):
+            raise ValueError(
+                f"template is larger than {limit_text()} (the limit of a Kubernetes object),"
+                " counting every YAML alias expanded"
+            )
+        return v
 
     @field_validator("template")
     @classmethod
@@ -223,7 +332,15 @@ class AdaptiveJobStatus(_Model):
         framework's, or a newer version's) are ignored rather than refused."""
         raw = body.get("status") or {}
         known = {f.alias or n for n, f in cls.model_fields.items()}
-        return cls.model_validate({k: v for k, v in raw.items() if k in known})
+        data = {k: v for k, v in raw.items() if k in known}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            # a report stored under looser rules (before the bounds): dropped, the job reports
+            # again within seconds, rather than make every read of the job fail
+            if "hints" not in data or any(e["loc"][:1] != ("hints",) for e in err.errors()):
+                raise
+            return cls.model_validate({k: v for k, v in data.items() if k != "hints"})
 
     phase: Phase = Phase.PENDING
     reason: str = ""

@@ -36,6 +36,7 @@ from adl.controller.rounds import JobRecord, SpeedupCache
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,
+    Condition,
     GradParamsModel,
     Hints,
     PerfParamsModel,
@@ -108,6 +109,11 @@ class MemoryBackend:
     def record_service(self, service: Mapping[str, float]) -> None:
         for key, seconds in service.items():
             status = self.jobs[key].status.model_copy(update={"attained_service_s": seconds})
+            self.jobs[key] = replace(self.jobs[key], status=status)
+
+    def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
+        for key, conds in conditions.items():
+            status = self.jobs[key].status.model_copy(update={"conditions": list(conds)})
             self.jobs[key] = replace(self.jobs[key], status=status)
 
     def emit_event(self, job: str, event: EmitEvent) -> None:

@@ -6,6 +6,7 @@ and the hints counter are fed by the backend and the service as events happen.""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -14,6 +15,8 @@ from prometheus_client.registry import Collector
 
 from adl.api.store import JobSnapshot
 from adl.models import Phase, RestartCause
+
+log = logging.getLogger("adl.api")
 
 #: Every family this module exports (name as exposed; counters get ``_total``). The Grafana
 #: dashboard may only query these.
@@ -65,10 +68,6 @@ class _JobCollector(Collector):
             st = job.status
             counts[st.phase] += 1
             ids = list(_split(job.key))
-            replicas.add_metric(ids, len(st.allocation))
-            gpus.add_metric(ids, len(st.allocation) * job.gpus_per_replica)
-            for cause in RestartCause:
-                restarts.add_metric([*ids, cause.value], st.restart_count(cause))
             hints = st.hints
             good = st.goodput if st.goodput is not None else (hints.goodput if hints else None)
             bsz = (
@@ -76,11 +75,28 @@ class _JobCollector(Collector):
                 if st.batch_size is not None
                 else (hints.batch_size if hints else None)
             )
-            if good is not None:
-                goodput.add_metric(ids, good)
-            if bsz is not None:
-                batch.add_metric(ids, bsz)
-            service.add_metric(ids, st.attained_service_s)
+            try:  # one job's odd figure (not a number) must not fail the scrape of all
+                sample = (
+                    float(len(st.allocation)),
+                    float(len(st.allocation) * job.gpus_per_replica),
+                    [float(st.restart_count(cause)) for cause in RestartCause],
+                    None if good is None else float(good),
+                    None if bsz is None else float(bsz),
+                    float(st.attained_service_s),
+                )
+            except (TypeError, ValueError, OverflowError) as err:
+                log.warning("metrics: %s left out: %s", job.key, err)
+                continue
+            n, g, causes, good_v, bsz_v, served = sample
+            replicas.add_metric(ids, n)
+            gpus.add_metric(ids, g)
+            for cause, count in zip(RestartCause, causes, strict=True):
+                restarts.add_metric([*ids, cause.value], count)
+            if good_v is not None:
+                goodput.add_metric(ids, good_v)
+            if bsz_v is not None:
+                batch.add_metric(ids, bsz_v)
+            service.add_metric(ids, served)
         for phase, n in counts.items():
             by_phase.add_metric([phase.value], n)
         yield from (by_phase, replicas, gpus, restarts, goodput, batch, service)

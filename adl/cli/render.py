@@ -80,15 +80,25 @@ def job_object(v: JobView) -> dict[str, Any]:
     }
 
 
+def _command(trainer: dict[str, Any]) -> str:
+    """The trainer's command line; a spec stored by an earlier version may hold a command that
+    is not a list of strings: shown as it is rather than fail ``describe``."""
+    cmd, args = trainer.get("command") or [], trainer.get("args") or []
+    if not cmd:
+        return str(trainer.get("image", "-"))
+    parts = [*cmd, *args] if isinstance(cmd, list) and isinstance(args, list) else None
+    if parts is not None and all(isinstance(p, str) for p in parts):
+        return shlex.join(parts)
+    return " ".join(str(p) for p in (cmd, args) if p)
+
+
 def describe_text(v: JobView) -> str:
     """``adl describe``: spec essentials, status with the reason, conditions, events."""
     st, spec = v.status, v.spec
-    cmd = spec.trainer.get("command") or []
-    args = spec.trainer.get("args") or []
     lines = [
         f"Name:         {v.name}",
         f"Namespace:    {v.namespace}",
-        f"Command:      {shlex.join([*cmd, *args]) if cmd else spec.trainer.get('image', '-')}",
+        f"Command:      {_command(spec.trainer)}",
         f"Replicas:     min {spec.min_replicas}, max {spec.max_replicas}",
         f"MaxRestarts:  {spec.max_restarts}",
         f"Phase:        {st.phase.value}",

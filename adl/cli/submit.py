@@ -6,6 +6,8 @@ Bad input ends in one clear line on stderr and exit code 2, never a traceback.""
 
 from __future__ import annotations
 
+import io
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,7 +18,7 @@ from adl.cli.backends import open_backend, resolve_kind
 from adl.cli.console import fail, note
 from adl.cli.options import BackendOpt
 from adl.jobs_api import BackendError, IgnoresSettings
-from adl.models import AdaptiveJobSpec, parse_spec
+from adl.models import MAX_OBJECT_BYTES, AdaptiveJobSpec, limit_text, oversized, parse_spec
 from adl.operator.crd import API_VERSION
 
 #: the spec setting each cluster-oriented flag fills in (see IgnoresSettings)
@@ -85,17 +87,36 @@ def spec_from_command(
     return parse_spec(body)
 
 
+class _Named(io.StringIO):
+    name = ""
+
+
 def manifest(path: Path) -> tuple[str | None, str | None, AdaptiveJobSpec]:
     """(name, namespace, spec) from an AdaptiveJob YAML file."""
     import yaml
 
+    limit = f"a manifest may be at most {limit_text()} (the limit of a Kubernetes object)"
     try:
-        with open(path, encoding="utf-8") as fh:  # a file object: errors name the file
-            doc = yaml.safe_load(fh)
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(MAX_OBJECT_BYTES + 1)  # never more than the cap, whatever stat said
+        if len(data) > MAX_OBJECT_BYTES:
+            raise ValueError(f"{path} is {max(size, len(data))} bytes; {limit}")
+        text = _Named(data.decode("utf-8"))
+        text.name = str(path)  # YAML errors name the file
+        doc = yaml.safe_load(text)
     except OSError as err:
         raise ValueError(f"cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text: {err.reason}") from None
     except yaml.YAMLError as err:
         raise ValueError(f"{path} is not valid YAML: {err}") from None
+    # aliases are shared references after parsing: small in memory, but every later copy or
+    # serialization expands them (the spec, the store, every ``adl ls``)
+    if oversized(doc):
+        raise ValueError(
+            f"{path} is larger than {limit_text()} once its YAML aliases are expanded; {limit}"
+        )
     if not isinstance(doc, dict) or "spec" not in doc:
         raise ValueError(f"{path}: expected an AdaptiveJob manifest with a 'spec'")
     if doc.get("kind", "AdaptiveJob") != "AdaptiveJob":

@@ -21,13 +21,25 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import tenacity
+from pydantic import BaseModel, ValidationError
 
 from adl import contract as C
-from adl.models import MAX_RESTART_COST_S, GradParamsModel, Hints, PerfParamsModel
+from adl.models import (
+    MAX_EPOCH,
+    MAX_GOODPUT,
+    MAX_PROGRESS,
+    MAX_RESTART_COST_S,
+    GradParamsModel,
+    Hints,
+    PerfParamsModel,
+)
 from adl.sched.goodput import BatchBounds, GradParams, PerfParams
+
+M = TypeVar("M", bound=BaseModel)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +95,14 @@ def model_fitted(hints: Hints | None) -> bool:
     return hints is not None and hints.perf_params is not None
 
 
+def _or_none(model: type[M], values: dict[str, float]) -> M | None:
+    """``model`` of ``values``, or None when the model refuses them."""
+    try:
+        return model.model_validate(values)
+    except ValidationError:
+        return None
+
+
 def build_hints(
     *,
     init_batch_size: int,
@@ -106,21 +126,29 @@ def build_hints(
         perf = None
     if grad is not None and not grad.usable:  # non-finite, or sqr == 0: no estimate yet
         grad = None
-    if goodput is not None and not math.isfinite(goodput):
+    # out of the models' bounds (the API would refuse the whole report): left out too
+    perf_model = _or_none(PerfParamsModel, perf._asdict()) if perf is not None else None
+    grad_model = _or_none(GradParamsModel, grad._asdict()) if grad is not None else None
+    if goodput is not None and not (math.isfinite(goodput) and 0 <= goodput <= MAX_GOODPUT):
         goodput = None
     if not math.isfinite(progress):
         progress = 0.0
-    if total_progress is not None and not math.isfinite(total_progress):
+    progress = min(max(progress, 0.0), MAX_PROGRESS)
+    if total_progress is not None and not (
+        math.isfinite(total_progress) and 0 <= total_progress <= MAX_PROGRESS
+    ):
         total_progress = None
+    if epoch is not None and not 0 <= epoch <= MAX_EPOCH:
+        epoch = None
     return Hints(
         init_batch_size=init_batch_size,
         max_batch_size=bounds.max_batch_size if bounds else None,
         local_bsz_bounds=bounds.local_bsz_bounds if bounds else None,
         gradient_accumulation=bounds.gradient_accumulation if bounds else False,
-        perf_params=PerfParamsModel(**perf._asdict()) if perf is not None else None,
-        grad_params=GradParamsModel(sqr=grad.sqr, var=grad.var) if grad is not None else None,
+        perf_params=perf_model,
+        grad_params=grad_model,
         max_profiled_replicas=max_profiled_replicas,
-        progress=max(progress, 0.0),
+        progress=progress,
         total_progress=total_progress,
         batch_size=batch_size,
         local_bsz=local_bsz,

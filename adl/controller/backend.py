@@ -16,7 +16,7 @@ from typing import Protocol
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.lifecycle import ObservedWorkers
 from adl.controller.rounds import JobRecord
-from adl.models import AdaptiveJobStatus
+from adl.models import AdaptiveJobStatus, Condition
 from adl.sched.types import NodeInfo
 
 
@@ -59,4 +59,9 @@ class WorkerBackend(Protocol):
 
     def record_service(self, service: Mapping[str, float]) -> None:
         """Persist the jobs' attained service (GPU-seconds), the fair-share input."""
+        ...
+
+    def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
+        """Persist the whole condition list of each job given (the round marks a job it had to
+        leave out ``Schedulable=False`` and clears the mark once it takes part again)."""
         ...

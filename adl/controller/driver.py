@@ -17,11 +17,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.backend import WorkerBackend
-from adl.controller.lifecycle import Timing, step
+from adl.controller.lifecycle import Timing, set_condition, step
 from adl.controller.rounds import (
     JobRecord,
     RoundLog,
@@ -30,10 +30,15 @@ from adl.controller.rounds import (
     accrue_service,
     run_round,
 )
+from adl.models import Condition
 from adl.sched.decisions import REASON
 from adl.sched.types import Policy
 
 log = logging.getLogger("adl.controller")
+
+#: the condition a job left out of a round carries, and its reason while it is False
+SCHEDULABLE = "Schedulable"
+UNUSABLE = "UnusableHints"
 
 
 def execute(backend: WorkerBackend, job: JobRecord, actions: Sequence[Action]) -> None:
@@ -87,10 +92,37 @@ class Driver:
             self.on_round(result)
         if result.changed:
             self.backend.set_desired(result.changed)
+        self._mark_faults(jobs, result)
         for decision in result.decisions.values():
             log.info("%s: %s", decision.job, decision.message)
             self.backend.emit_event(decision.job, EmitEvent("Normal", REASON, decision.message))
         return result
+
+    def _mark_faults(self, jobs: Sequence[JobRecord], result: RoundResult) -> None:
+        """A job the round left out because of its own data gets one Warning event and a
+        ``Schedulable=False`` condition saying why (the condition doubles as the memory that
+        the warning was given: no event per round, none again after a restart of the
+        backend); once it takes part again the condition turns True."""
+        marks: dict[str, list[Condition]] = {}
+        for job in jobs:
+            if job.key not in result.allocation:  # finished or suspended: not in the round
+                continue
+            why = result.faults.get(job.key)
+            old = next((c for c in job.status.conditions if c.type == SCHEDULABLE), None)
+            status = job.status.model_copy(deep=True)
+            if why is not None:
+                if old is not None and old.status == "False" and old.message == why:
+                    continue
+                log.warning("%s: left out of the round: %s", job.key, why)
+                self.backend.emit_event(job.key, EmitEvent("Warning", UNUSABLE, why))
+                set_condition(status, SCHEDULABLE, False, UNUSABLE, why, datetime.now(UTC))
+            elif old is not None and old.status == "False":
+                set_condition(status, SCHEDULABLE, True, "HintsUsable", "", datetime.now(UTC))
+            else:
+                continue
+            marks[job.key] = status.conditions
+        if marks:
+            self.backend.record_conditions(marks)
 
     def _accrue(self, jobs: list[JobRecord]) -> list[JobRecord]:
         """``jobs`` with the GPU-time each ran since the previous round added (least attained

@@ -8,10 +8,13 @@ driver that also measures how long the policy took (for the round-latency histog
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+
+import numpy as np
 
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.decisions import Decision, explain
@@ -41,6 +44,9 @@ class RoundResult:
     duration_s: float = 0.0  # policy time (set by run_round)
     #: why each changed job's answer changed (jobs that finished or were suspended have none)
     decisions: dict[str, Decision] = field(default_factory=dict)
+    #: jobs left out of this round because their own data broke it -> why (they keep what
+    #: they hold; everyone else was scheduled)
+    faults: dict[str, str] = field(default_factory=dict)
 
 
 #: The hints fields a speedup function depends on (progress and the like do not change it).
@@ -129,17 +135,20 @@ def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> f
         return None
     if hints.goodput is not None:
         return hints.goodput
-    fn = goodput_from_hints(hints)
-    if fn is None or replicas < 1:
+    try:
+        fn = goodput_from_hints(hints)
+        if fn is None or replicas < 1:
+            return None
+        accum = hints.accum_steps or 0
+        local = hints.local_bsz or (
+            hints.batch_size // (replicas * (accum + 1)) if hints.batch_size else None
+        )
+        if not local:
+            return None
+        value = float(fn.evaluate(max(num_nodes, 1), replicas, local, accum))
+    except Exception:  # a model nothing can evaluate: no figure, and ls/metrics still work
         return None
-    accum = hints.accum_steps or 0
-    local = hints.local_bsz or (
-        hints.batch_size // (replicas * (accum + 1)) if hints.batch_size else None
-    )
-    if not local:
-        return None
-    value = float(fn.evaluate(max(num_nodes, 1), replicas, local, accum))
-    return value if value >= 0 and value == value else None  # drop NaN
+    return value if 0 <= value < math.inf else None  # drop NaN and infinity
 
 
 #: how long a job that reported all of its work done keeps its GPUs whatever the policy says
@@ -175,6 +184,65 @@ def _current(record: JobRecord) -> list[str]:
     return list(record.desired if record.desired is not None else record.status.allocation)
 
 
+class JobFault(Exception):
+    """One job's data (its report, its speedup function) broke the round."""
+
+    def __init__(self, job: str, why: str) -> None:
+        super().__init__(f"{job}: {why}")
+        self.job, self.why = job, why
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:300]}" if text else type(err).__name__
+
+
+def _probe(info: JobInfo) -> None:
+    """Ask the job's speedup function what every policy asks first (one replica, its maximum
+    on one node and on two) so that a model that raises or answers no number is caught here,
+    against this job, rather than inside the policy against the whole round."""
+    sizes = {(1, 1), (1, max(info.max_replicas, 1))}
+    if info.max_replicas > 1:
+        sizes.add((2, info.max_replicas))
+    for n, k in sorted(sizes):
+        value = np.asarray(info.speedup(n, k), dtype=np.float64)
+        if not np.all(np.isfinite(value)) or np.any(value < 0):
+            raise ValueError(f"its speedup at {k} replicas on {n} node(s) is {value.tolist()}")
+
+
+def _usable_infos(
+    movable: Sequence[JobRecord], now: datetime, speedups: SpeedupCache | None
+) -> tuple[list[JobInfo], dict[str, str]]:
+    """The policy's view of each job, and the jobs whose view cannot be built or probed."""
+    infos, faults = [], {}
+    for order, r in enumerate(movable):
+        try:
+            info = job_info(r, now, order, speedups)
+            _probe(info)
+        except Exception as err:
+            faults[r.key] = f"its hints give no usable model ({_describe(err)})"
+            continue
+        infos.append(info)
+    return infos, faults
+
+
+def _culprits(
+    policy: Policy,
+    infos: Sequence[JobInfo],
+    nodes: Sequence[NodeInfo],
+    previous: Mapping[str, list[str]],
+) -> dict[str, str]:
+    """After the policy raised: the jobs with which it raises even alone (-> why). Costs one
+    small policy call per job, only on this failure path."""
+    out = {}
+    for info in infos:
+        try:
+            policy.optimize([info], nodes, {info.name: previous.get(info.name, [])})
+        except Exception as err:
+            out[info.name] = f"the scheduling policy fails on its model ({_describe(err)})"
+    return out
+
+
 def plan_round(
     policy: Policy,
     jobs: Sequence[JobRecord],
@@ -183,22 +251,38 @@ def plan_round(
     speedups: SpeedupCache | None = None,
 ) -> RoundResult:
     """Ask the policy for a new allocation of all participating jobs (oldest first). Pass the
-    same ``speedups`` cache every round to keep the policy's per-job work warm."""
+    same ``speedups`` cache every round to keep the policy's per-job work warm.
+
+    One job cannot fail the round for the others: a job whose view cannot be built, whose
+    speedup function raises or answers no number, or with which the policy raises even on its
+    own while others do not, is left out (``RoundResult.faults``) and keeps what it holds, as a
+    finishing job does. A policy failure that no single job explains (or that every job
+    triggers alone) still raises: that is a bug of the policy, not a job's doing."""
     ordered = sorted(jobs, key=lambda r: (r.created, r.key))
     live = [r for r in ordered if participates(r.spec, r.status)]
     # finishing jobs keep what they hold; the policy shares out the rest
     pinned = {r.key for r in live if finishing(r.status, now) and _current(r)}
     movable = [r for r in live if r.key not in pinned]
-    infos = [job_info(r, now, order, speedups) for order, r in enumerate(movable)]
+    infos, faults = _usable_infos(movable, now, speedups)
     if speedups is not None:
         speedups.sweep()
     previous = {r.key: _current(r) for r in live}
-    held = [n for k in pinned for n in previous[k]]
-    free_nodes = _without(nodes, held) if held else list(nodes)
-    moving_prev = {r.key: previous[r.key] for r in movable}
-    raw = policy.optimize(infos, free_nodes, moving_prev) if infos else {}
+    while True:
+        kept = pinned | set(faults)
+        held = [n for k in kept for n in previous[k]]
+        free_nodes = _without(nodes, held) if held else list(nodes)
+        moving_prev = {i.name: previous[i.name] for i in infos}
+        try:
+            raw = policy.optimize(infos, free_nodes, moving_prev) if infos else {}
+            break
+        except Exception:
+            blamed = _culprits(policy, infos, free_nodes, moving_prev)
+            if not blamed or len(blamed) == len(infos):  # nobody, or everybody: the policy's
+                raise
+            faults.update(blamed)
+            infos = [i for i in infos if i.name not in blamed]
     allocation = {
-        r.key: previous[r.key] if r.key in pinned else list(raw.get(r.key, [])) for r in live
+        r.key: previous[r.key] if r.key in kept else list(raw.get(r.key, [])) for r in live
     }
     # against what is recorded: a job no round has answered yet (None) gets its answer recorded
     # even when it is nothing (the operator runs a round at once for a job without one, and
@@ -211,13 +295,13 @@ def plan_round(
             changed[r.key] = []
     held_before = sum(len(v) for v in previous.values())
     decisions = explain(
-        {k: v for k, v in changed.items() if k not in pinned},
+        {k: v for k, v in changed.items() if k not in kept},
         previous,
         {i.name: i for i in infos},
         max(sum(n.gpus for n in nodes) - held_before, 0),
         {r.key: _reported(r.status.hints) for r in movable},
     )
-    return RoundResult(allocation, changed, len(infos), decisions=decisions)
+    return RoundResult(allocation, changed, len(infos), decisions=decisions, faults=faults)
 
 
 def _reported(hints: Hints | None) -> bool:

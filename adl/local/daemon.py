@@ -39,7 +39,7 @@ from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
 from adl.local.gpus import detect_gpus, visible_gpus
 from adl.local.groups import WorkerGroups
 from adl.local.store import JobRecord, StateUnreadable, Store, default_home
-from adl.models import AdaptiveJobStatus, Phase
+from adl.models import AdaptiveJobStatus, Condition, Phase
 from adl.sched import registry
 from adl.sched.policy_knobs import parse_knobs
 from adl.sched.types import NodeInfo, Policy
@@ -230,6 +230,14 @@ class Daemon:
         for key, seconds in service.items():
             if key in self.jobs:
                 self.jobs[key].status.attained_service_s = seconds
+
+    def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
+        for key, conds in conditions.items():
+            rec = self.jobs.get(key)
+            if rec is None:
+                continue
+            rec.status.conditions = list(conds)
+            self.store.set_status(key, rec.status)
 
     # ------------------------------------------------------------------ the loop
 

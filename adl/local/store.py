@@ -26,7 +26,14 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from adl.contract import ENV_HOME, JobKey
-from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints
+from adl.models import (
+    MAX_OBJECT_BYTES,
+    AdaptiveJobSpec,
+    AdaptiveJobStatus,
+    Hints,
+    limit_text,
+    oversized,
+)
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -238,6 +245,7 @@ class Store:
 
     def add_job(self, namespace: str, name: str, spec: AdaptiveJobSpec) -> JobRecord:
         key = job_key(namespace, name)
+        text = _spec_text(spec)
         now = time.time()
         token = secrets.token_urlsafe(32)
         status = AdaptiveJobStatus()
@@ -254,7 +262,7 @@ class Store:
             db.execute(
                 "INSERT INTO jobs (key, namespace, name, seq, created, spec, status, token, rev)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                (key, namespace, name, seq, now, _dump(spec), _dump(status), token),
+                (key, namespace, name, seq, now, text, _dump(status), token),
             )
             _event(
                 db,
@@ -449,6 +457,17 @@ _GROUP_COLS = "key, grp, replicas, pid, start_ticks, port, devices, started, end
 
 def _dump(model: Any) -> str:
     return json.dumps(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def _spec_text(spec: AdaptiveJobSpec) -> str:
+    """The stored form of a new spec, refused over the object limit whoever built the model
+    (validation caps the template; a model built around it must not reach every read)."""
+    if oversized(spec.template):
+        raise ValueError(f"spec is larger than {limit_text()} (the limit of a Kubernetes object)")
+    text = _dump(spec)
+    if len(text.encode()) > MAX_OBJECT_BYTES:
+        raise ValueError(f"spec is {len(text.encode())} bytes, larger than {limit_text()}")
+    return text
 
 
 def _finite(value: Any) -> Any:

@@ -26,7 +26,7 @@ from adl.contract import JobKey
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.lifecycle import ObservedWorkers, Timing
 from adl.controller.rounds import JobRecord
-from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
 from adl.operator.observe import PodPhase, PodState, classify_all, observed_workers, pod_indices
 from adl.operator.scheduling import job_key, job_records, nodes_from_objects
@@ -283,6 +283,14 @@ class KubeBackend:
         for key, seconds in service.items():
             ref = JobKey.parse(key)
             patch = {"attainedServiceS": seconds}
+            self._gone_ok(key, self.store.patch_job_status, ref.namespace, ref.name, patch, None)
+
+    def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
+        # a merge patch replaces the list whole; a reconcile that read the object before it
+        # writes with its resourceVersion, meets a conflict and reads again (as for service)
+        for key, conds in conditions.items():
+            ref = JobKey.parse(key)
+            patch = {"conditions": [c.model_dump(mode="json", by_alias=True) for c in conds]}
             self._gone_ok(key, self.store.patch_job_status, ref.namespace, ref.name, patch, None)
 
     @staticmethod

@@ -88,7 +88,10 @@ class Decision:
 def _speedup(info: JobInfo | None, nodes: Sequence[str]) -> float | None:
     if info is None or not nodes:
         return None
-    value = float(info.speedup(len(set(nodes)), len(nodes)))
+    try:
+        value = float(info.speedup(len(set(nodes)), len(nodes)))
+    except Exception:  # the explanation of an answer must never cost the answer itself
+        return None
     return value if value == value else None  # NaN: no figure rather than a wrong one
 
 

@@ -100,6 +100,9 @@ def test_every_problem_is_reported_at_once() -> None:
     assert text.startswith("invalid AdaptiveJob spec:") and "spec.bogus" in text
 
 
+PERF = {"alphaC": 0.1, "betaC": 0.01, "alphaN": 0, "betaN": 0, "alphaR": 0, "betaR": 0, "gamma": 1}
+
+
 def test_hints_validation() -> None:
     with pytest.raises(ValidationError) as info:
         Hints.model_validate({"initBatchSize": 64, "maxBatchSize": 32})
@@ -108,7 +111,50 @@ def test_hints_validation() -> None:
         Hints.model_validate({"initBatchSize": 8, "localBszBounds": [0, 4], "progress": -1})
     lines = explain(info.value, Hints, root="hints")
     assert "hints.progress: must be >= 0 (got -1)" in lines
-    assert any(ln.startswith("hints.localBszBounds: localBszBounds must satisfy") for ln in lines)
+    assert "hints.localBszBounds[0]: must be >= 1 (got 0)" in lines
+    with pytest.raises(ValidationError) as info:
+        Hints.model_validate({"initBatchSize": 8, "localBszBounds": [8, 4]})
+    (line,) = explain(info.value, Hints, root="hints")
+    assert line.startswith("hints.localBszBounds: localBszBounds must satisfy")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("initBatchSize", 2**24 + 1),
+        ("maxBatchSize", 10**20),
+        ("localBszBounds", [1, 10**20]),
+        ("batchSize", 2**24 + 1),
+        ("localBsz", 2**24 + 1),
+        ("accumSteps", 4097),
+        ("maxProfiledReplicas", 4097),
+        ("progress", 1e13),
+        ("totalProgress", 1e13),
+        ("goodput", 1e10),
+        ("epoch", 10**8),
+        ("restartCostS", 86401.0),
+        ("perfParams", {**PERF, "betaC": 3601.0}),
+        ("perfParams", {**PERF, "alphaC": 0.0, "betaC": 0.0}),
+        ("gradParams", {"sqr": 1e31, "var": 1.0}),
+        ("gradParams", {"sqr": 1.0, "var": 1e31}),
+    ],
+)
+def test_every_number_a_job_reports_is_bounded(field: str, value: object) -> None:
+    """A report the scheduler's arithmetic cannot handle is refused at the door (422), never
+    stored: one job's absurd numbers used to fail every round for every job."""
+    ok = {"initBatchSize": 8, "maxBatchSize": 2**24, "perfParams": PERF}
+    Hints.model_validate(ok)
+    with pytest.raises(ValidationError) as info:
+        Hints.model_validate({**ok, field: value})
+    assert all(line.startswith(f"hints.{field}") for line in explain(info.value, Hints, "hints"))
+
+
+def test_a_stored_status_with_a_report_from_before_the_bounds_stays_readable() -> None:
+    body = {"status": {"phase": "Running", "hints": {"initBatchSize": 8, "epoch": 10**12}}}
+    st = AdaptiveJobStatus.from_object(body)
+    assert st.phase == Phase.RUNNING and st.hints is None
+    with pytest.raises(ValidationError):  # anything else wrong is still an error
+        AdaptiveJobStatus.from_object({"status": {"phase": "Running", "replicas": -1}})
 
 
 def test_status_round_trip_and_restart_counts() -> None:

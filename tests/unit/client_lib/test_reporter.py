@@ -116,6 +116,23 @@ def test_statistics_of_a_diverged_run_are_left_out_not_fatal() -> None:
     assert hints.total_progress is None and hints.progress == 12.5
 
 
+def test_statistics_out_of_the_models_bounds_are_left_out_not_fatal() -> None:
+    """The API refuses numbers the scheduler cannot use; the library must not build a report
+    that fails to validate (that would stop every later report of the run) but leave the
+    unusable statistic out, as for a diverged run."""
+    hints = build_hints(
+        init_batch_size=32,
+        perf=PerfParams(0.01, 5000.0, 0.0, 0.0, 0.0, 0.0, 1.0),  # over an hour per sample
+        grad=GradParams(sqr=1.0, var=1e35),
+        progress=1e15,
+        total_progress=1e16,
+        goodput=1e12,
+        epoch=10**9,
+    )
+    assert (hints.perf_params, hints.grad_params, hints.goodput, hints.epoch) == (None,) * 4
+    assert hints.total_progress is None and hints.progress == 1e12  # clamped at the bound
+
+
 def test_hints_url() -> None:
     assert hints_url("http://api:8080/", "team-a/resnet") == (
         "http://api:8080/v1/jobs/team-a/resnet/hints"

@@ -26,6 +26,7 @@ from adl.controller.rounds import JobRecord
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,
+    Condition,
     GradParamsModel,
     Hints,
     PerfParamsModel,
@@ -129,6 +130,11 @@ class MemoryBackend:
             status = self.jobs[key].status.model_copy(update={"attained_service_s": seconds})
             self.jobs[key] = replace(self.jobs[key], status=status)
 
+    def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
+        for key, conds in conditions.items():
+            status = self.jobs[key].status.model_copy(update={"conditions": list(conds)})
+            self.jobs[key] = replace(self.jobs[key], status=status)
+
 
 @dataclass
 class Setup:
@@ -137,6 +143,7 @@ class Setup:
     driver: Driver
     service: Callable[[str], float]
     set_hints: Callable[[str, Hints], None]
+    status: Callable[[str], AdaptiveJobStatus]  # as the backend persisted it
 
 
 def memory_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[Setup]:
@@ -150,6 +157,7 @@ def memory_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[S
         Driver(backend, policy, clock=clock),
         lambda key: backend.jobs[key].status.attained_service_s,
         set_hints,
+        lambda key: backend.jobs[key].status,
     )
 
 
@@ -174,6 +182,7 @@ def local_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[Se
             daemon.driver,
             lambda key: daemon.store.job(key).status.attained_service_s,  # as persisted
             set_hints,
+            lambda key: daemon.store.job(key).status,
         )
     finally:
         daemon.store.close()
@@ -241,6 +250,7 @@ def kube_setup(
         rt.driver,
         lambda key: float(objects.jobs[key]["status"].get("attainedServiceS", 0.0)),
         set_hints,
+        lambda key: AdaptiveJobStatus.from_object(objects.jobs[key]),
     )
 
 
@@ -289,3 +299,35 @@ def test_every_backend_keeps_speedup_tables_across_rounds(
     s.driver.run_round(NOW)
     last = policy.speedups[-1]
     assert last["ns/a"] is first["ns/a"] and last["ns/b"] is not first["ns/b"]
+
+
+def test_every_backend_persists_the_mark_of_a_job_left_out_of_the_round(
+    setup: tuple[Setup, KeepPolicy, Clock],
+) -> None:
+    """A job whose speedup function raises is left out; the Schedulable=False condition the
+    driver gives it is persisted where the backend keeps status, and cleared afterwards."""
+    from adl.controller.rounds import SpeedupCache
+
+    s, policy, _ = setup
+
+    class Rigged(SpeedupCache):
+        broken = True
+
+        def get(self, job: str, h: Hints | None) -> Any:
+            fn = super().get(job, h)
+            if job == "ns/a" and self.broken:
+                return lambda n, k: (_ for _ in ()).throw(ZeroDivisionError("in a's model"))
+            return fn
+
+    rigged = Rigged()
+    s.driver.speedups = rigged
+    s.driver.run_round(NOW)
+    assert set(policy.speedups[-1]) == {"ns/b"}  # the policy saw only the healthy job
+    cond = next(c for c in s.status("ns/a").conditions if c.type == "Schedulable")
+    assert (cond.status, cond.reason) == ("False", "UnusableHints")
+    assert "ZeroDivisionError: in a's model" in cond.message
+    assert not any(c.type == "Schedulable" for c in s.status("ns/b").conditions)
+    rigged.broken = False
+    s.driver.run_round(NOW)
+    cond = next(c for c in s.status("ns/a").conditions if c.type == "Schedulable")
+    assert cond.status == "True"
