@@ -5,9 +5,11 @@ backend does, so the scrape is fuzzed with every report the API lets in."""
 
 from __future__ import annotations
 
+import atexit
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
@@ -63,6 +65,31 @@ class MemoryStore:
 STORE = MemoryStore()
 APP = create_app(STORE)
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
+
+
+def _close_asgi_portal() -> None:
+    """Close schemathesis' ASGI portal now instead of at interpreter exit. Loading the schema
+    (at collection, before any test runs) starts it, and its exit handler waits on the portal's
+    thread: a test that forks this process (the local backend's warm start runs a forked rank's
+    exit handlers) would wait in the child for a thread that does not exist there, for ever.
+    The tests below start it again on demand; the fixture closes it after them."""
+    from schemathesis.python import asgi
+
+    shutdown = getattr(asgi, "_shutdown", None)
+    if callable(shutdown):
+        shutdown()
+        atexit.unregister(shutdown)
+
+
+_close_asgi_portal()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _asgi_portal_closed() -> Iterator[None]:
+    yield
+    _close_asgi_portal()
+
+
 FUZZ = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 
 
