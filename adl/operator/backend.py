@@ -64,7 +64,19 @@ class Refused(Exception):
 
 
 class Leftovers(Exception):
-    """A child object of the job's name belongs to a deleted job of the same name."""
+    """A child object of the job's name belongs to a deleted job of the same name. The job
+    waits (status reason ``reason``, one Event ``event``); the next reconcile looks again."""
+
+    reason = "WaitingForPreviousJob"
+    event = "PreviousJobResources"
+
+
+class NotOwned(Leftovers):
+    """The job's token Secret exists but was not made for this job (no ownerReference to it):
+    planted by someone who can create Secrets in the namespace. Adopting it would give the
+    job a token the planter knows or chose, so the job waits until an admin removes it."""
+
+    reason = event = "TokenSecretNotOwned"
 
 
 def _event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
@@ -83,6 +95,13 @@ def _owned_elsewhere(job: P.JobRef, obj: Mapping[str, Any]) -> bool:
     owners = (obj.get("metadata") or {}).get("ownerReferences") or []
     uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
     return bool(uids) and job.uid not in uids
+
+
+def _owned_by(job: P.JobRef, obj: Mapping[str, Any]) -> bool:
+    """Carries an ownerReference to this very AdaptiveJob (its uid, which nobody can know
+    before the job exists)."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("kind") == P.KIND and o.get("uid") == job.uid for o in owners)
 
 
 def _require_own(job: P.JobRef, obj: Mapping[str, Any] | None, kind: str) -> None:
@@ -215,6 +234,12 @@ class KubeBackend:
         # The Secret holds the token; the job carries only its hash, which the API checks.
         secret = store.get_secret(job.namespace, P.token_secret_name(job.name))
         _require_own(job, secret, "Secret")
+        if secret is not None and not _owned_by(job, secret):
+            raise NotOwned(
+                f"Secret {P.token_secret_name(job.name)} exists but was not created by the "
+                f"operator for this job (it has no ownerReference to AdaptiveJob {job.name}); "
+                "its token is not used. Delete the Secret and the job starts with its own"
+            )
         token = P.token_from_secret(secret) if secret is not None else None
         if token is None:
             token = secrets.token_urlsafe(32)
