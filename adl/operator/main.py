@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from adl.operator.tenancy import Ceilings
     from adl.sched.types import Policy
 
 log = logging.getLogger("adl.operator")
@@ -44,6 +45,8 @@ class Options:
     #: ``/metrics`` on this port instead of the API's (None: on the API's port)
     metrics_port: int | None = None
     api_docs: bool = False
+    #: per-namespace ceilings on spec.priority and preemptible=false (None: none)
+    ceilings: Ceilings | None = None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -84,7 +87,34 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         metavar="NAME=VALUE",
         help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; README: Policy knobs)",
     )
+    p.add_argument(
+        "--max-priority",
+        type=int,
+        default=None,
+        help="ceiling of spec.priority in every namespace (a job above it runs at it)",
+    )
+    p.add_argument(
+        "--deny-non-preemptible",
+        action="store_true",
+        help="run jobs with preemptible=false as preemptible in every namespace",
+    )
+    p.add_argument(
+        "--namespace-policy",
+        action="append",
+        default=[],
+        metavar="NS=JSON",
+        help='a namespace\'s own ceilings, e.g. team-a={"maxPriority": 10, '
+        '"allowNonPreemptible": false}; keys left out keep the cluster-wide ones',
+    )
     a = p.parse_args(argv)
+    from adl.operator.tenancy import Ceilings, NamespacePolicy, check_priority
+    from adl.operator.tenancy import parse_namespace_policy as parse_policy
+
+    try:
+        default = NamespacePolicy(check_priority(a.max_priority), not a.deny_non_preemptible)
+        per_namespace = dict(parse_policy(text, default) for text in a.namespace_policy)
+    except ValueError as err:
+        p.error(str(err))
     selector = {}
     for item in a.node_selector:
         key, sep, value = item.partition("=")
@@ -116,6 +146,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         policy_knobs=knobs,
         metrics_port=a.metrics_port,
         api_docs=a.api_docs,
+        ceilings=Ceilings(default, per_namespace),
     )
 
 
@@ -155,6 +186,7 @@ async def run(opts: Options) -> None:
     import kopf
 
     from adl.operator.backend import OperatorConfig
+    from adl.operator.tenancy import Ceilings
 
     api = _api_server()
     metrics = _metrics() if api is not None else None
@@ -166,6 +198,7 @@ async def run(opts: Options) -> None:
         namespaces=tuple(opts.namespaces),
         policy_factory=policy_factory(opts.policy_knobs),
         metrics=metrics,
+        ceilings=opts.ceilings or Ceilings(),
     )
     import adl.operator.handlers  # noqa: F401  (registers the handlers with kopf)
 
