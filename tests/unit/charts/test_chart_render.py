@@ -524,6 +524,45 @@ def test_api_docs_only_when_enabled() -> None:
     assert o.metrics_port == 9100
 
 
+def test_namespace_ceilings_reach_the_operator() -> None:
+    from adl.operator.main import parse_args
+    from adl.operator.tenancy import Ceilings, NamespacePolicy
+
+    def ceilings(values: dict[str, Any]) -> Any:
+        return parse_args(pod_spec(render(values))["containers"][0]["args"]).ceilings
+
+    assert ceilings({}) == Ceilings()  # no ceilings unless an admin sets them
+    values = {
+        "scheduler": {
+            "maxPriority": 0,
+            "allowNonPreemptible": False,
+            "namespacePolicies": {
+                "team-a": {"maxPriority": 10},
+                "ops": {"maxPriority": None, "allowNonPreemptible": True},
+            },
+        }
+    }
+    got = ceilings(values)
+    assert got.of("elsewhere") == NamespacePolicy(0, False)
+    assert got.of("team-a") == NamespacePolicy(10, False)  # the rest from the default
+    assert got.of("ops") == NamespacePolicy(None, True)
+    # --set passes the same
+    flags = "scheduler.maxPriority=5,scheduler.namespacePolicies.team-a.maxPriority=7"
+    got = ceilings(helm.parse_set_string(flags))
+    assert got.of("x").max_priority == 5 and got.of("team-a").max_priority == 7
+    with helm.Chart.load(CHART) as chart:
+        for bad in (
+            {"maxPriority": 5000},
+            {"maxPriority": "high"},
+            {"allowNonPreemptible": "no"},
+            {"namespacePolicies": {"team-a": {"maxPriorty": 1}}},
+            {"namespacePolicies": {"Team_A": {"maxPriority": 1}}},
+            {"namespacePolicies": {"team-a": 10}},
+        ):
+            with pytest.raises(helm.HelmError):
+                chart.validate_schema({"scheduler": bad})
+
+
 def test_metrics_port_must_differ_from_the_others() -> None:
     for values in ({"api": {"metricsPort": 8080}}, {"api": {"metricsPort": 8081}}):
         with pytest.raises(helm.HelmError, match="metricsPort"):
