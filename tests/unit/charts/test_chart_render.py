@@ -25,6 +25,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no-peering": {"peering": {"enabled": False}},
     "standby": {"replicaCount": 2},
     "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
+    "ceilings": {
+        "scheduler": {
+            "maxPriority": 0,
+            "allowNonPreemptible": False,
+            "namespacePolicies": {"team-a": {"maxPriority": 10}},
+        }
+    },
+    "metrics-from": {"networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]}},
     # OpenShift's restricted SCC assigns the UID: null drops a default key
     "arbitrary-uid": {
         "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
