@@ -286,6 +286,37 @@ def test_rbac_grants_exactly_the_declared_permissions(
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "adl-system"}]
 
 
+def test_secrets_are_read_and_made_only_where_jobs_run() -> None:
+    # The operator makes one <job>-adl-token Secret per job and reads it back (its token after
+    # a restart, its owner before use); names are per job, so resourceNames cannot narrow it.
+    # What can be narrowed: no list/watch/update/delete anywhere, and in a namespaced install
+    # no Secret rule in the ClusterRole at all.
+    def secret_rules(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+        roles = kinds(docs, kind)
+        return [r for role in roles for r in role["rules"] if "secrets" in r["resources"]]
+
+    cluster_wide = render({})
+    (rule,) = secret_rules(cluster_wide, "ClusterRole")
+    assert sorted(rule["verbs"]) == ["create", "get"] and rule["resources"] == ["secrets"]
+    docs = render(VARIANTS["namespaced"])
+    assert secret_rules(docs, "ClusterRole") == []
+    namespaces = {r["metadata"]["namespace"] for r in kinds(docs, "Role")}
+    assert namespaces == {"adl-system", "team-a", "team-b"}
+    for rule in secret_rules(docs, "Role"):
+        assert sorted(rule["verbs"]) == ["create", "get"]
+
+
+def test_notes_say_a_cluster_wide_install_reads_secrets_everywhere() -> None:
+    def notes(values: dict[str, Any]) -> str:
+        with helm.Chart.load(CHART) as chart:
+            out = chart.render(values, name="adl", namespace="adl-system", is_install=True)
+        return out["adl/templates/NOTES.txt"]
+
+    text = notes({})
+    assert "Secrets in every namespace" in text and "namespaced=true" in text
+    assert "Secrets in every namespace" not in notes(VARIANTS["namespaced"])
+
+
 def test_dashboard_queries_only_exported_metrics() -> None:
     import json
     import re
