@@ -3,8 +3,12 @@
 - ``PUT /v1/jobs/{ns}/{name}/hints``: a job's report (bearer token of that job)
 - ``GET /v1/jobs/{ns}/{name}/hints``: the last report (same token)
 - ``GET /v1/jobs/{ns}/{name}/group``: rendezvous/discovery of the current worker group
-- ``/healthz`` (process alive), ``/readyz`` (store answers), ``/metrics`` (Prometheus)
-- ``/openapi.json`` and ``/docs`` (FastAPI's own)
+- ``/healthz`` (process alive), ``/readyz`` (store answers), ``/metrics`` (Prometheus; or on
+  an app of its own, ``create_metrics_app``, served on another port)
+- ``/openapi.json`` and ``/docs`` (FastAPI's own), only with ``docs=True``
+
+Nothing but the job routes asks for a token, so what else is served is kept small: the
+metrics name every job of every tenant, and the schema lists every route.
 """
 
 from __future__ import annotations
@@ -55,15 +59,41 @@ async def authorized_job(
 Job = Annotated[str, Depends(authorized_job)]
 
 
+def _metrics_route(app: FastAPI, store: ApiStore, m: AdlMetrics) -> None:
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    async def metrics_endpoint() -> Response:
+        """Prometheus text exposition (job gauges are read from the store at scrape time)."""
+        m.set_jobs(await call(store.list_jobs))
+        return Response(content=m.render(), media_type=CONTENT_TYPE)
+
+
+def create_metrics_app(store: ApiStore, metrics: AdlMetrics) -> FastAPI:
+    """Only ``/metrics``, for a port of its own (the worker API's app then leaves it out),
+    so a NetworkPolicy can open it to Prometheus without opening the workers' port."""
+    app = FastAPI(title="adl metrics", openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.store, app.state.metrics = store, metrics
+    _metrics_route(app, store, metrics)
+    return app
+
+
 def create_app(
-    store: ApiStore, *, metrics: AdlMetrics | None = None, title: str = "adl"
+    store: ApiStore,
+    *,
+    metrics: AdlMetrics | None = None,
+    title: str = "adl",
+    docs: bool = False,
+    serve_metrics: bool = True,
 ) -> FastAPI:
     """A service over ``store``. ``metrics`` (kept by the caller to record round latencies)
-    defaults to a fresh registry; it is also reachable as ``app.state.metrics``."""
+    defaults to a fresh registry; it is also reachable as ``app.state.metrics``. ``docs``
+    serves ``/docs``, ``/redoc`` and ``/openapi.json``; ``serve_metrics=False`` leaves
+    ``/metrics`` to a ``create_metrics_app`` on another port."""
     app = FastAPI(
         title=title,
         summary="adl control-plane API: job hints, rendezvous, health and metrics",
         version="1",
+        # no schema means no /docs or /redoc either (they render it)
+        openapi_url="/openapi.json" if docs else None,
     )
     app.state.store = store
     app.state.metrics = metrics if metrics is not None else AdlMetrics()
@@ -172,10 +202,6 @@ def create_app(
             return JSONResponse({"status": "unavailable"}, status_code=503)
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"], response_class=Response)
-    async def metrics_endpoint() -> Response:
-        """Prometheus text exposition (job gauges are read from the store at scrape time)."""
-        m.set_jobs(await call(store.list_jobs))
-        return Response(content=m.render(), media_type=CONTENT_TYPE)
-
+    if serve_metrics:
+        _metrics_route(app, store, m)
     return app

@@ -128,18 +128,27 @@ async def serve(
     stop: asyncio.Event | None = None,
     started: asyncio.Event | None = None,
     metrics: Any = None,
+    *,
+    metrics_port: int | None = None,
+    docs: bool = False,
+    host: str = "0.0.0.0",
 ) -> None:
     """Serve the API on ``port`` in the running loop (next to kopf) until ``stop`` is set;
     ``started`` is set once it listens. ``metrics``: the ``AdlMetrics`` the operator's rounds
-    also write to (a fresh set when None).
+    also write to (a fresh set when None). With ``metrics_port``, ``/metrics`` is served there
+    and not on ``port`` (the chart's NetworkPolicy opens the two ports to different peers);
+    ``docs`` serves ``/docs`` and ``/openapi.json``. ``host``: all interfaces in a pod (the
+    workers reach the pod's IP); tests pass 127.0.0.1.
 
     kopf owns SIGTERM/SIGINT in the operator process: uvicorn's own signal capture would
     replace kopf's handler (or be replaced by it), leaving one of the two running forever
     after a pod termination. So uvicorn installs none and stops when the operator does."""
     import uvicorn
 
-    from adl.api.app import create_app
+    from adl.api.app import create_app, create_metrics_app
     from adl.api.metrics import AdlMetrics
+
+    listening: list[int] = []  # servers started so far; ``started`` waits for all of them
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -148,7 +157,8 @@ async def serve(
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
-            if started is not None:
+            listening.append(1)
+            if started is not None and len(listening) == len(configs):
                 started.set()
 
         async def on_tick(self, counter: int) -> bool:
@@ -156,9 +166,19 @@ async def serve(
             return (stop is not None and stop.is_set()) or await super().on_tick(counter)
 
     metrics = metrics if metrics is not None else AdlMetrics()
-    app = create_app(OperatorApiStore(KubeStore(), namespaces), metrics=metrics)
-    config = uvicorn.Config(app, host="0.0.0.0", port=port, log_level="info")
+    api_store = OperatorApiStore(KubeStore(), namespaces)
+    separate = metrics_port is not None
+    app = create_app(api_store, metrics=metrics, docs=docs, serve_metrics=not separate)
+    configs = [uvicorn.Config(app, host=host, port=port, log_level="info")]
+    if metrics_port is not None:
+        only = create_metrics_app(api_store, metrics)
+        # no logging config of its own: a second one would reset the uvicorn loggers the
+        # first set up; and no access line per scrape
+        quiet = uvicorn.Config(
+            only, host=host, port=metrics_port, log_config=None, log_level=None, access_log=False
+        )
+        configs.append(quiet)
     if stop is None:  # alone in its process: uvicorn's usual signal handling
-        await uvicorn.Server(config).serve()
+        await asyncio.gather(*(uvicorn.Server(c).serve() for c in configs))
     else:
-        await Server(config).serve()
+        await asyncio.gather(*(Server(c).serve() for c in configs))

@@ -11,6 +11,7 @@ a status write must match, the pods a group delete removes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import secrets
@@ -31,6 +32,7 @@ from adl.operator import pods as P
 from adl.operator.observe import PodPhase, PodState, classify_all, observed_workers, pod_indices
 from adl.operator.scheduling import job_key, job_records, nodes_from_objects
 from adl.operator.store import KubeStore
+from adl.operator.tenancy import Ceilings, enforce
 from adl.sched import registry
 from adl.sched.types import NodeInfo, Policy
 
@@ -57,6 +59,8 @@ class OperatorConfig:
     #: how often a Starting job is re-read without any event: a pod stuck Pending (e.g.
     #: Unschedulable) sends no further events, yet must fail once the pending timeout passes
     starting_recheck_s: float = 10.0
+    #: per-namespace ceilings on spec.priority and preemptible=false (none by default)
+    ceilings: Ceilings = field(default_factory=Ceilings)
 
 
 class Refused(Exception):
@@ -64,7 +68,19 @@ class Refused(Exception):
 
 
 class Leftovers(Exception):
-    """A child object of the job's name belongs to a deleted job of the same name."""
+    """A child object of the job's name belongs to a deleted job of the same name. The job
+    waits (status reason ``reason``, one Event ``event``); the next reconcile looks again."""
+
+    reason = "WaitingForPreviousJob"
+    event = "PreviousJobResources"
+
+
+class NotOwned(Leftovers):
+    """The job's token Secret exists but was not made for this job (no ownerReference to it):
+    planted by someone who can create Secrets in the namespace. Adopting it would give the
+    job a token the planter knows or chose, so the job waits until an admin removes it."""
+
+    reason = event = "TokenSecretNotOwned"
 
 
 def _event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
@@ -83,6 +99,13 @@ def _owned_elsewhere(job: P.JobRef, obj: Mapping[str, Any]) -> bool:
     owners = (obj.get("metadata") or {}).get("ownerReferences") or []
     uids = {o.get("uid") for o in owners if o.get("kind") == P.KIND}
     return bool(uids) and job.uid not in uids
+
+
+def _owned_by(job: P.JobRef, obj: Mapping[str, Any]) -> bool:
+    """Carries an ownerReference to this very AdaptiveJob (its uid, which nobody can know
+    before the job exists)."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("kind") == P.KIND and o.get("uid") == job.uid for o in owners)
 
 
 def _require_own(job: P.JobRef, obj: Mapping[str, Any] | None, kind: str) -> None:
@@ -142,6 +165,8 @@ class KubeBackend:
         #: create is simply tried, and refused, once more)
         self.refused: dict[str, PodState] = {}
         self._listed: dict[str, dict[str, Any]] = {}  # the last round's objects, for its events
+        #: job key -> what its namespace's ceiling capped, last said (each change said once)
+        self.capped: dict[str, str] = {}
 
     # ---- one job's step
     def begin(self, key: str, body: dict[str, Any], spec: AdaptiveJobSpec) -> None:
@@ -215,6 +240,12 @@ class KubeBackend:
         # The Secret holds the token; the job carries only its hash, which the API checks.
         secret = store.get_secret(job.namespace, P.token_secret_name(job.name))
         _require_own(job, secret, "Secret")
+        if secret is not None and not _owned_by(job, secret):
+            raise NotOwned(
+                f"Secret {P.token_secret_name(job.name)} exists but was not created by the "
+                f"operator for this job (it has no ownerReference to AdaptiveJob {job.name}); "
+                "its token is not used. Delete the Secret and the job starts with its own"
+            )
         token = P.token_from_secret(secret) if secret is not None else None
         if token is None:
             token = secrets.token_urlsafe(32)
@@ -259,9 +290,22 @@ class KubeBackend:
                 bodies += self.store.list_jobs(ns)
         else:
             bodies = self.store.list_jobs(None)
-        records = job_records(bodies)
         self._listed = {job_key(b): b for b in bodies}
-        return records
+        return [self._within_ceilings(r) for r in job_records(bodies)]
+
+    def _within_ceilings(self, record: JobRecord) -> JobRecord:
+        """The job as its namespace's ceilings let the policy see it; a cap is said once."""
+        namespace = JobKey.parse(record.key).namespace
+        spec, said = enforce(record.spec, self.config.ceilings.of(namespace), namespace)
+        message = "; ".join(said)
+        if not said:
+            self.capped.pop(record.key, None)
+            return record
+        if self.capped.get(record.key) != message:
+            self.capped[record.key] = message
+            log.info("%s: %s", record.key, message)
+            _event(self._listed[record.key], "Warning", "NamespacePolicy", message)
+        return dataclasses.replace(record, spec=spec)
 
     def round_nodes(self) -> list[NodeInfo]:
         return nodes_from_objects(

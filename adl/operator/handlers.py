@@ -104,7 +104,9 @@ def _status_of(body: dict[str, Any]) -> AdaptiveJobStatus:
 
 
 #: the status reason of a job that waits for a deleted namesake's pods and objects to go
-WAITING_FOR_PREVIOUS_JOB = "WaitingForPreviousJob"
+WAITING_FOR_PREVIOUS_JOB = B.Leftovers.reason
+#: status reasons of a job waiting for a child object it may not use (see ``B.Leftovers``)
+WAIT_REASONS = frozenset({B.Leftovers.reason, B.NotOwned.reason})
 
 
 async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationError) -> None:
@@ -187,9 +189,9 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 if rt.waiting.get(key) != str(exc):  # say so once per thing waited for
                     rt.waiting[key] = str(exc)
                     log.info("%s: %s", key, exc)
-                    B._event(body, "Warning", "PreviousJobResources", str(exc))
+                    B._event(body, "Warning", exc.event, str(exc))
                     # and in the status, where `adl describe` and `kubectl get aj` look
-                    waiting = {"reason": WAITING_FOR_PREVIOUS_JOB, "message": str(exc)}
+                    waiting = {"reason": exc.reason, "message": str(exc)}
                     await asyncio.to_thread(
                         rt.store.patch_job_status, namespace, name, waiting, None
                     )
@@ -198,7 +200,7 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
             written = [a.status for a in actions if isinstance(a, SetStatus)]
             now_says = (written[-1] if written else status).reason
             created_group = any(isinstance(a, CreateGroup) for a in actions)
-            if created_group and now_says == WAITING_FOR_PREVIOUS_JOB:
+            if created_group and now_says in WAIT_REASONS:
                 # the wait is over (also when it ended while no operator was running): the
                 # group's pods exist now, and the status says so again
                 said = {

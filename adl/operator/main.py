@@ -17,13 +17,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from adl.operator.tenancy import Ceilings
     from adl.sched.types import Policy
 
 log = logging.getLogger("adl.operator")
 
-#: The API service: (port, namespaces, stop, started, metrics) -> coroutine serving it until
-#: ``stop`` is set, setting ``started`` once it listens (``adl.operator.api_store.serve``).
-ApiServer = Callable[[int, list[str], asyncio.Event, asyncio.Event, Any], Awaitable[None]]
+#: The API service: (port, namespaces, stop, started, metrics, *, metrics_port, docs) ->
+#: coroutine serving it until ``stop`` is set, setting ``started`` once it listens
+#: (``adl.operator.api_store.serve``).
+ApiServer = Callable[..., Awaitable[None]]
 
 
 @dataclass
@@ -40,12 +42,28 @@ class Options:
     standalone: bool = False
     node_selector: dict[str, str] = field(default_factory=dict)
     policy_knobs: dict[str, float] = field(default_factory=dict)
+    #: ``/metrics`` on this port instead of the API's (None: on the API's port)
+    metrics_port: int | None = None
+    api_docs: bool = False
+    #: per-namespace ceilings on spec.priority and preemptible=false (None: none)
+    ceilings: Ceilings | None = None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
     p = argparse.ArgumentParser(prog="python -m adl.operator", description=__doc__)
     p.add_argument("--port", type=int, default=8080, help="API service port")
     p.add_argument("--health-port", type=int, default=8081, help="kopf liveness port")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics on this port, not on --port (which the workers reach)",
+    )
+    p.add_argument(
+        "--api-docs",
+        action="store_true",
+        help="serve /docs and /openapi.json (unauthenticated; off by default)",
+    )
     p.add_argument("--api-url", default=Options.api_url, help="URL workers use for the API")
     p.add_argument("--round-interval", type=float, default=30.0, help="seconds between rounds")
     p.add_argument("--gpu-resource", default="nvidia.com/gpu")
@@ -69,13 +87,42 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         metavar="NAME=VALUE",
         help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; README: Policy knobs)",
     )
+    p.add_argument(
+        "--max-priority",
+        type=int,
+        default=None,
+        help="ceiling of spec.priority in every namespace (a job above it runs at it)",
+    )
+    p.add_argument(
+        "--deny-non-preemptible",
+        action="store_true",
+        help="run jobs with preemptible=false as preemptible in every namespace",
+    )
+    p.add_argument(
+        "--namespace-policy",
+        action="append",
+        default=[],
+        metavar="NS=JSON",
+        help='a namespace\'s own ceilings, e.g. team-a={"maxPriority": 10, '
+        '"allowNonPreemptible": false}; keys left out keep the cluster-wide ones',
+    )
     a = p.parse_args(argv)
+    from adl.operator.tenancy import Ceilings, NamespacePolicy, check_priority
+    from adl.operator.tenancy import parse_namespace_policy as parse_policy
+
+    try:
+        default = NamespacePolicy(check_priority(a.max_priority), not a.deny_non_preemptible)
+        per_namespace = dict(parse_policy(text, default) for text in a.namespace_policy)
+    except ValueError as err:
+        p.error(str(err))
     selector = {}
     for item in a.node_selector:
         key, sep, value = item.partition("=")
         if not sep or not key:
             p.error(f"--node-selector expects KEY=VALUE, got {item!r}")
         selector[key] = value
+    if a.metrics_port is not None and a.metrics_port in (a.port, a.health_port):
+        p.error("--metrics-port must differ from --port and --health-port")
     if a.round_interval <= 0:
         p.error("--round-interval must be positive")
     from adl.sched.policy_knobs import parse_knobs
@@ -97,6 +144,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         standalone=a.standalone or a.peering is None,
         node_selector=selector,
         policy_knobs=knobs,
+        metrics_port=a.metrics_port,
+        api_docs=a.api_docs,
+        ceilings=Ceilings(default, per_namespace),
     )
 
 
@@ -136,6 +186,7 @@ async def run(opts: Options) -> None:
     import kopf
 
     from adl.operator.backend import OperatorConfig
+    from adl.operator.tenancy import Ceilings
 
     api = _api_server()
     metrics = _metrics() if api is not None else None
@@ -147,6 +198,7 @@ async def run(opts: Options) -> None:
         namespaces=tuple(opts.namespaces),
         policy_factory=policy_factory(opts.policy_knobs),
         metrics=metrics,
+        ceilings=opts.ceilings or Ceilings(),
     )
     import adl.operator.handlers  # noqa: F401  (registers the handlers with kopf)
 
@@ -157,7 +209,17 @@ async def run(opts: Options) -> None:
     if api is not None:
         # Started (lifespan included) before kopf: kopf cancels every task that appears
         # while it runs, but leaves the ones that existed before it.
-        api_task = asyncio.ensure_future(api(opts.port, opts.namespaces, stop, started, metrics))
+        api_task = asyncio.ensure_future(
+            api(
+                opts.port,
+                opts.namespaces,
+                stop,
+                started,
+                metrics,
+                metrics_port=opts.metrics_port,
+                docs=opts.api_docs,
+            )
+        )
         ready = asyncio.ensure_future(started.wait())
         await asyncio.wait({api_task, ready}, return_when=asyncio.FIRST_COMPLETED)
         ready.cancel()

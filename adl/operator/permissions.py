@@ -39,6 +39,10 @@ NAMESPACED_PERMISSIONS: frozenset[Permission] = frozenset(
         *_grant(API_GROUP, f"{PLURAL}/finalizers", "update"),
         *_grant("", "pods", "list watch create delete"),
         *_grant("", "services", "get create"),
+        # one `<job>-adl-token` Secret per job: create it, and get it back (its token after an
+        # operator restart, its ownerReference before the job uses it). Per-job names are not
+        # known when the chart is installed, so resourceNames cannot narrow either verb; no
+        # list/watch/update/delete. Namespaced installs keep it to the watched namespaces.
         *_grant("", "secrets", "get create"),
         *_grant("", "persistentvolumeclaims", "get create"),
         *_grant("", "events", "create"),

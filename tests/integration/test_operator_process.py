@@ -30,7 +30,7 @@ async def test_operator_process_serves_api_and_runs_jobs(k8s: Any, tmp_path: Pat
     core = client.CoreV1Api(api_client())
     node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
     await asyncio.to_thread(core.create_node, node)
-    port, health = free_port(), free_port()
+    port, health, metrics_port = free_port(), free_port(), free_port()
     env = {**os.environ, KUBE_URL_ENV: str(k8s.url)}
     args = [
         sys.executable,
@@ -40,6 +40,7 @@ async def test_operator_process_serves_api_and_runs_jobs(k8s: Any, tmp_path: Pat
         "--standalone",
         f"--port={port}",
         f"--health-port={health}",
+        f"--metrics-port={metrics_port}",
         "--round-interval=0.5",
     ]
     log_path = tmp_path / "operator.log"
@@ -89,7 +90,12 @@ async def test_operator_process_serves_api_and_runs_jobs(k8s: Any, tmp_path: Pat
             pod = objects(k8s, "pods")["p-g1-0"]
             env_vars = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
             assert env_vars["ADL_API_URL"] == "http://adl.adl-system.svc:8080"
-            metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            # /metrics (every tenant's jobs) only on its own port; no docs anywhere
+            for path in ("/metrics", "/docs", "/openapi.json"):
+                assert await status_of(f"http://127.0.0.1:{port}{path}") == 404, path
+            for path in ("/docs", "/openapi.json", "/readyz"):
+                assert await status_of(f"http://127.0.0.1:{metrics_port}{path}") == 404, path
+            metrics = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
             assert "adl_rounds_total" in metrics and "adl_round_latency_seconds_count" in metrics
             rounds = [line for line in metrics.splitlines() if line.startswith("adl_rounds_total")]
             assert float(rounds[0].split()[-1]) >= 1

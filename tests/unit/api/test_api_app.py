@@ -15,7 +15,7 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from adl.api import METRIC_NAMES, AdlMetrics, JobSnapshot, UnknownJob, create_app
-from adl.api.app import MAX_BODY_BYTES
+from adl.api.app import MAX_BODY_BYTES, create_metrics_app
 from adl.api.auth import find_owner, generate_token
 from adl.models import AdaptiveJobStatus, GroupInfo, Hints, Phase, RestartCause
 
@@ -276,13 +276,40 @@ def test_a_store_failure_is_a_json_500_without_details(store: MemoryStore) -> No
     assert r.json()["detail"].startswith("internal error")
 
 
-def test_openapi_served(client: TestClient) -> None:
+def test_docs_and_openapi_are_off_by_default(client: TestClient) -> None:
+    # unauthenticated, they would list every route to anyone who reaches the port
+    for path in ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"):
+        assert client.get(path).status_code == 404, path
+
+
+def test_openapi_served_when_enabled(store: MemoryStore) -> None:
+    client = TestClient(create_app(store, docs=True))
+    assert client.get("/docs").status_code == 200
     spec = client.get("/openapi.json").json()
     paths = spec["paths"]
     assert {"/v1/jobs/{namespace}/{name}/hints", "/v1/jobs/{namespace}/{name}/group"} <= set(paths)
     assert {"/healthz", "/readyz", "/metrics"} <= set(paths)
     assert "Hints" in spec["components"]["schemas"]
     assert "initBatchSize" in spec["components"]["schemas"]["Hints"]["properties"]
+
+
+def test_metrics_can_be_served_apart_from_the_worker_api(store: MemoryStore) -> None:
+    # /metrics names every tenant's jobs: it moves to a port of its own, which the
+    # NetworkPolicy opens to Prometheus only, while workers keep the API port
+    metrics = AdlMetrics()
+    api = TestClient(create_app(store, metrics=metrics, serve_metrics=False))
+    assert api.get("/metrics").status_code == 404
+    assert api.get("/readyz").status_code == 200
+    assert api.put(URL, json=HINTS, headers=auth("ns/a")).status_code == 204
+    only = TestClient(create_metrics_app(store, metrics))
+    r = only.get("/metrics")
+    assert r.status_code == 200
+    s = _samples(r.text)
+    # the same registry: the report counted by the API shows on the metrics port
+    assert s[("adl_hints_reports_total", (("code", "204"),))] == 1
+    assert any(name == "adl_job_goodput" for name, _ in s)
+    for path in ("/readyz", "/healthz", URL, "/docs", "/openapi.json"):
+        assert only.get(path).status_code == 404, path
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -25,6 +25,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no-peering": {"peering": {"enabled": False}},
     "standby": {"replicaCount": 2},
     "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
+    "ceilings": {
+        "scheduler": {
+            "maxPriority": 0,
+            "allowNonPreemptible": False,
+            "namespacePolicies": {"team-a": {"maxPriority": 10}},
+        }
+    },
+    "metrics-from": {"networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]}},
     # OpenShift's restricted SCC assigns the UID: null drops a default key
     "arbitrary-uid": {
         "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
@@ -90,7 +98,9 @@ def test_operator_accepts_the_rendered_args(variant: str) -> None:
     assert opts.all_namespaces is not VARIANTS[variant].get("namespaced", False)
     assert opts.standalone is (variant == "no-peering")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": opts.port, "health": opts.health_port}
+    assert ports == {"http": opts.port, "health": opts.health_port, "metrics": opts.metrics_port}
+    assert opts.metrics_port not in (opts.port, opts.health_port)
+    assert opts.api_docs is False
     knobs = VARIANTS[variant].get("scheduler", {}).get("policyKnobs", {})
     assert opts.policy_knobs == knobs
 
@@ -196,8 +206,14 @@ def test_custom_image_and_pull_secrets() -> None:
 
 def test_servicemonitor_only_when_enabled() -> None:
     assert kinds(render({}), "ServiceMonitor") == []
-    (sm,) = kinds(render(VARIANTS["servicemonitor"]), "ServiceMonitor")
+    docs = render(VARIANTS["servicemonitor"])
+    (sm,) = kinds(docs, "ServiceMonitor")
     assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+    # scraped on the metrics port, which the Service exposes and the container serves
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    (svc,) = kinds(docs, "Service")
+    (port,) = [p for p in svc["spec"]["ports"] if p["name"] == "metrics"]
+    assert port["targetPort"] == "metrics"
     assert sm["metadata"]["labels"]["r"] == "p"
 
 
@@ -226,6 +242,9 @@ def test_values_schema_rejects_bad_values() -> None:
             {"scheduler": {"policyKnobs": {"srpt_power": "high"}}},
             {"scheduler": {"policyKnobs": {"ramp_factor": 0.5}}},
             {"scheduler": {"interval": "soon"}},
+            {"api": {"docs": "yes"}},
+            {"api": {"metricsPort": 80}},
+            {"networkPolicy": {"metricsFrom": "prometheus"}},
         ):
             with pytest.raises(helm.HelmError):
                 chart.validate_schema(bad)
@@ -265,6 +284,37 @@ def test_rbac_grants_exactly_the_declared_permissions(
     sa = kinds(docs, "ServiceAccount")[0]["metadata"]["name"]
     for b in bindings:
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "adl-system"}]
+
+
+def test_secrets_are_read_and_made_only_where_jobs_run() -> None:
+    # The operator makes one <job>-adl-token Secret per job and reads it back (its token after
+    # a restart, its owner before use); names are per job, so resourceNames cannot narrow it.
+    # What can be narrowed: no list/watch/update/delete anywhere, and in a namespaced install
+    # no Secret rule in the ClusterRole at all.
+    def secret_rules(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+        roles = kinds(docs, kind)
+        return [r for role in roles for r in role["rules"] if "secrets" in r["resources"]]
+
+    cluster_wide = render({})
+    (rule,) = secret_rules(cluster_wide, "ClusterRole")
+    assert sorted(rule["verbs"]) == ["create", "get"] and rule["resources"] == ["secrets"]
+    docs = render(VARIANTS["namespaced"])
+    assert secret_rules(docs, "ClusterRole") == []
+    namespaces = {r["metadata"]["namespace"] for r in kinds(docs, "Role")}
+    assert namespaces == {"adl-system", "team-a", "team-b"}
+    for rule in secret_rules(docs, "Role"):
+        assert sorted(rule["verbs"]) == ["create", "get"]
+
+
+def test_notes_say_a_cluster_wide_install_reads_secrets_everywhere() -> None:
+    def notes(values: dict[str, Any]) -> str:
+        with helm.Chart.load(CHART) as chart:
+            out = chart.render(values, name="adl", namespace="adl-system", is_install=True)
+        return out["adl/templates/NOTES.txt"]
+
+    text = notes({})
+    assert "Secrets in every namespace" in text and "namespaced=true" in text
+    assert "Secrets in every namespace" not in notes(VARIANTS["namespaced"])
 
 
 def test_dashboard_queries_only_exported_metrics() -> None:
@@ -426,14 +476,15 @@ def test_network_policy_admits_adl_workers_and_extra_peers_to_the_api_port() -> 
     from adl.models import AdaptiveJobSpec
     from adl.operator import pods as P
 
-    assert kinds(render({}), "NetworkPolicy") == []
+    assert len(kinds(render({}), "NetworkPolicy")) == 1  # on by default
+    assert kinds(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy") == []
     docs = render(VARIANTS["networkpolicy"])
     (policy,) = kinds(docs, "NetworkPolicy")
     (deploy,) = kinds(docs, "Deployment")
     spec = policy["spec"]
     assert spec["podSelector"] == deploy["spec"]["selector"]
     assert spec["policyTypes"] == ["Ingress"]
-    (rule,) = spec["ingress"]
+    (rule,) = spec["ingress"]  # no metricsFrom: nobody reaches the metrics port
     http = [p for p in pod_spec(docs)["containers"][0]["ports"] if p["name"] == "http"]
     assert rule["ports"] == [{"port": http[0]["containerPort"], "protocol": "TCP"}]
     workers, *extra = rule["from"]
@@ -458,7 +509,7 @@ def test_network_policy_admits_adl_workers_and_extra_peers_to_the_api_port() -> 
     watched = {"kubernetes.io/metadata.name": "adl-system"}
     assert selects(workers["namespaceSelector"], watched)
     assert not selects(workers["namespaceSelector"], {"kubernetes.io/metadata.name": "team-a"})
-    values = {"networkPolicy": {"enabled": True}, "api": {"port": 9000}}
+    values = {"api": {"port": 9000}}
     (policy,) = kinds(render(values), "NetworkPolicy")
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": 9000, "protocol": "TCP"}]
@@ -475,9 +526,86 @@ def test_notes_warn_when_the_network_policy_shuts_out_prometheus() -> None:
         "networkPolicy": {"enabled": True},
         "metrics": {"serviceMonitor": {"enabled": True}},
     }
-    assert "networkPolicy.extraFrom" in notes(both)
-    both["networkPolicy"]["extraFrom"] = [{"namespaceSelector": {}}]
-    assert "Warning" not in notes(both) and "Warning" not in notes({})
+    assert "networkPolicy.metricsFrom" in notes(both)
+    both["networkPolicy"]["metricsFrom"] = [{"namespaceSelector": {}}]
+    assert "networkPolicy.metricsFrom" not in notes(both)
+    assert "networkPolicy.metricsFrom" not in notes({})
+
+
+def test_network_policy_keeps_metrics_from_the_workers_and_opens_them_to_metrics_from() -> None:
+    # /metrics names every tenant's jobs; any tenant can label a pod adl.dev/job, so the
+    # workers' rule must not reach the metrics port
+    prometheus = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    docs = render({"networkPolicy": {"metricsFrom": [prometheus]}})
+    (policy,) = kinds(docs, "NetworkPolicy")
+    ports = {p["name"]: p["containerPort"] for p in pod_spec(docs)["containers"][0]["ports"]}
+    api_rule, metrics_rule = policy["spec"]["ingress"]
+    assert api_rule["ports"] == [{"port": ports["http"], "protocol": "TCP"}]
+    assert metrics_rule == {
+        "ports": [{"port": ports["metrics"], "protocol": "TCP"}],
+        "from": [prometheus],
+    }
+    # the health port is the kubelet's, which NetworkPolicy does not filter
+    opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert ports["metrics"] not in {p["port"] for p in api_rule["ports"]}
+    assert opened == {ports["http"], ports["metrics"]}
+
+
+def test_api_docs_only_when_enabled() -> None:
+    from adl.operator.main import parse_args
+
+    def opts(values: dict[str, Any]) -> Any:
+        return parse_args(pod_spec(render(values))["containers"][0]["args"])
+
+    assert opts({}).api_docs is False
+    assert opts({"api": {"docs": True}}).api_docs is True
+    o = opts({"api": {"metricsPort": 9100}})
+    assert o.metrics_port == 9100
+
+
+def test_namespace_ceilings_reach_the_operator() -> None:
+    from adl.operator.main import parse_args
+    from adl.operator.tenancy import Ceilings, NamespacePolicy
+
+    def ceilings(values: dict[str, Any]) -> Any:
+        return parse_args(pod_spec(render(values))["containers"][0]["args"]).ceilings
+
+    assert ceilings({}) == Ceilings()  # no ceilings unless an admin sets them
+    values = {
+        "scheduler": {
+            "maxPriority": 0,
+            "allowNonPreemptible": False,
+            "namespacePolicies": {
+                "team-a": {"maxPriority": 10},
+                "ops": {"maxPriority": None, "allowNonPreemptible": True},
+            },
+        }
+    }
+    got = ceilings(values)
+    assert got.of("elsewhere") == NamespacePolicy(0, False)
+    assert got.of("team-a") == NamespacePolicy(10, False)  # the rest from the default
+    assert got.of("ops") == NamespacePolicy(None, True)
+    # --set passes the same
+    flags = "scheduler.maxPriority=5,scheduler.namespacePolicies.team-a.maxPriority=7"
+    got = ceilings(helm.parse_set_string(flags))
+    assert got.of("x").max_priority == 5 and got.of("team-a").max_priority == 7
+    with helm.Chart.load(CHART) as chart:
+        for bad in (
+            {"maxPriority": 5000},
+            {"maxPriority": "high"},
+            {"allowNonPreemptible": "no"},
+            {"namespacePolicies": {"team-a": {"maxPriorty": 1}}},
+            {"namespacePolicies": {"Team_A": {"maxPriority": 1}}},
+            {"namespacePolicies": {"team-a": 10}},
+        ):
+            with pytest.raises(helm.HelmError):
+                chart.validate_schema({"scheduler": bad})
+
+
+def test_metrics_port_must_differ_from_the_others() -> None:
+    for values in ({"api": {"metricsPort": 8080}}, {"api": {"metricsPort": 8081}}):
+        with pytest.raises(helm.HelmError, match="metricsPort"):
+            render(values)
 
 
 def test_name_overrides() -> None:

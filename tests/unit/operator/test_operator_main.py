@@ -29,11 +29,21 @@ def test_namespaced_defaults_to_standalone_without_peering() -> None:
         ["-A", "--policy-knob=srpt_pwr=0.25"],
         ["-A", "--policy-knob=srpt_power=high"],
         ["-A", "--policy-knob=max_restart_penalty=1.5"],
+        ["-A", "--metrics-port=8080"],  # the API's port
+        ["-A", "--port=9000", "--metrics-port=9000"],
+        ["-A", "--metrics-port=8081"],  # kopf's liveness port
     ],
 )
 def test_bad_arguments_exit(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv)
+
+
+def test_api_docs_are_off_and_metrics_share_the_api_port_unless_asked() -> None:
+    o = parse_args(["-A"])
+    assert o.api_docs is False and o.metrics_port is None
+    o = parse_args(["-A", "--api-docs", "--metrics-port=8082"])
+    assert o.api_docs is True and o.metrics_port == 8082
 
 
 def test_operator_modules_import_without_torch() -> None:
