@@ -25,6 +25,7 @@ from adl.controller.env import WorkerSite
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
 from adl.local import processes as P
 from adl.local.gpus import gpu_ids
+from adl.local.private import make_private_dir, write_private
 from adl.local.store import GroupRecord, JobRecord, Store
 
 if TYPE_CHECKING:
@@ -232,10 +233,10 @@ class WorkerGroups:
         the shim, the Popen to reap it, the rendezvous port."""
         paths = self.paths(rec)
         need = len(action.allocation)
-        paths.checkpoint.mkdir(parents=True, exist_ok=True)
+        make_private_dir(paths.checkpoint)
         if not paths.token.exists():
-            paths.token.write_text(rec.token)
-            paths.token.chmod(0o600)
+            # 0600 from creation, never briefly readable: the token is the job's API identity
+            write_private(paths.token, rec.token)
         port = P.free_port()
         site = WorkerSite(
             master_addr="127.0.0.1",
@@ -321,7 +322,7 @@ class WorkerGroups:
         if proc is None:
             return
         if not marker.exists():
-            marker.write_text(f"{time.time() + grace_s + self.s.kill_margin_s}\n")
+            write_private(marker, f"{time.time() + grace_s + self.s.kill_margin_s}\n")
             P.signal_group(proc.pid, signal.SIGTERM)
 
     def escalate(self) -> None:
