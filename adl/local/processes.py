@@ -40,6 +40,17 @@ class GroupPaths:
         return self.root / "token"
 
     @property
+    def owner(self) -> Path:
+        """Which job (of which database) this directory belongs to: see ``WorkerGroups.claim``."""
+        return self.root / "owner.json"
+
+    def live_shims(self) -> list[GroupProcess]:
+        """Every group shim and warm shim recorded here that still runs."""
+        folder = self.root / "groups"
+        found = [read_pidfile(p) for p in folder.glob("*.pid")] if folder.is_dir() else []
+        return [proc for proc in found if proc is not None and group_alive(proc)]
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 
@@ -78,6 +89,21 @@ class GroupPaths:
             except ValueError:
                 continue
         return sorted(out)
+
+
+#: Where job directories that no job owns are moved (``jobs/.orphaned/NS/NAME-TIME``); the dot
+#: keeps it apart from namespaces, which cannot start with one.
+ORPHANED = ".orphaned"
+
+
+def job_dirs(home: Path) -> list[tuple[str, str, Path]]:
+    """(namespace, name, directory) of every job directory under ``home``."""
+    out = []
+    for ns in sorted((home / "jobs").glob("*")):
+        if ns.name.startswith(".") or not ns.is_dir():
+            continue
+        out += [(ns.name, d.name, d) for d in sorted(ns.iterdir()) if d.is_dir()]
+    return out
 
 
 @dataclass(frozen=True)

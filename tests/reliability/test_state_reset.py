@@ -66,7 +66,7 @@ def test_after_a_state_reset_old_workers_stop_and_a_new_job_starts_fresh(
     aside = list((home / "jobs" / ".orphaned" / "default").glob("k*"))
     assert len(aside) == 1 and _step(aside[0] / "checkpoint" / "state.json") >= 5
     assert not (paths.checkpoint / "state.json").exists()
-    assert f"moved to {aside[0]}" in caplog.text
+    assert f"moved it to {aside[0]}" in caplog.text
     if submitted == "after up":
         backend.submit("k", "default", counter_spec("--steps", "5", "--step-s", "0.02"))
     wait_for(lambda: backend.get("k", "default").status.phase == Phase.SUCCEEDED)
