@@ -94,10 +94,13 @@ class WorkerGroups:
         by_key = {(r.namespace, r.name): r for r in self.jobs.values()}
         for ns, name, root in P.job_dirs(self.home):
             rec = by_key.get((ns, name))
-            if rec is None:
-                self.set_aside(P.GroupPaths(root), "no job in the state database owns it")
-            elif not self.owns(rec):
-                self.set_aside(P.GroupPaths(root), "an earlier job of that name left it")
+            try:
+                if rec is None:
+                    self.set_aside(P.GroupPaths(root), "no job in the state database owns it")
+                elif not self.owns(rec):
+                    self.set_aside(P.GroupPaths(root), "an earlier job of that name left it")
+            except OSError as err:  # the job's launch tries again (claim) and says why it fails
+                log.warning("cannot move aside the job directory %s: %s", root, err)
         for rec in self.jobs.values():
             paths = self.paths(rec)
             P.drop_warm(paths)  # a warm shim nobody handed a plan to yet: not a group
