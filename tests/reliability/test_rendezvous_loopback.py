@@ -65,7 +65,11 @@ def test_the_rendezvous_store_listens_on_loopback_only(tmp_path: Path) -> None:
         assert f"127.0.0.1:{port}" in bound  # the store is rank 0's
         exposed = [a for a in bound if not a.startswith(("127.", "[::1]:"))]
         assert exposed == [], f"rank 0 listens beyond loopback: {exposed}"
-        outs = [p.communicate("go\n", timeout=60)[0] for p in procs]
+        for p in procs:  # both at once: each all-reduce waits for the other rank
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=60)[0] for p in procs]
         assert [p.returncode for p in procs] == [0, 0]
         assert all("sum 3" in out for out in outs)  # 1 + 2: the job still works
     finally:
