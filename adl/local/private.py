@@ -42,19 +42,38 @@ def make_private_dir(path: Path) -> None:
         path.chmod(stat.S_IMODE(path.stat().st_mode) & ~0o077)
 
 
+#: What adl keeps directly in the home: only these are narrowed in a home found open (the home
+#: may be a directory that holds other things, whose modes are not adl's to change).
+OWN_ENTRIES = (
+    "state.db",
+    "state.db-wal",
+    "state.db-shm",
+    "daemon.lock",
+    "daemon.pid",
+    "daemon.json",
+    "daemon.log",
+    "jobs",
+)
+
+
 def make_private_home(home: Path) -> None:
     """Create the state directory 0700. A home that an older version (or a lax umask) left
-    open to others is closed, with everything in it, once: the files a running job already
+    open to others is closed, with adl's files in it, once: the files a running job already
     wrote (its plan, token, logs) would otherwise stay readable."""
     home.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    mode = stat.S_IMODE(home.stat().st_mode)
+    st = home.stat()
+    mode = stat.S_IMODE(st.st_mode)
     if not mode & 0o077:
         return
+    if st.st_uid != os.getuid():
+        log.warning("%s is readable by others and not ours to change (mode %s)", home, oct(mode))
+        return
     narrowed = 0
-    for path in [home, *home.rglob("*")]:
+    own = [home / name for name in OWN_ENTRIES]
+    for path in [home, *own, *(home / "jobs").rglob("*")]:
         try:
             st = path.lstat()
-        except OSError:  # gone meanwhile
+        except OSError:  # not there, or gone meanwhile
             continue
         if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid() or not st.st_mode & 0o077:
             continue  # a link's target is not ours to change; neither is another user's file

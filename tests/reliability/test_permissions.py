@@ -73,11 +73,16 @@ def test_nothing_under_the_home_is_readable_by_others(
     # a secret in the daemon's own environment reaches the workers (they inherit it) but must
     # not become readable by others on the way
     monkeypatch.setenv("DAEMON_SIDE_SECRET", "inherited-" + SECRET)
-    # a home left by an older version: world-readable, with a file in it
+    # a home left by an older version: world-readable, with its files
     home.mkdir(mode=0o755)
-    (home / "policy.json").write_text(json.dumps({"p": 1}))
-    os.chmod(home / "policy.json", 0o644)
     os.chmod(home, 0o755)
+    (home / "daemon.json").write_text(json.dumps({"args": []}))
+    os.chmod(home / "daemon.json", 0o644)
+    (home / "jobs").mkdir(mode=0o755)
+    os.chmod(home / "jobs", 0o755)
+    policy = home / "policy.json"  # the test's own file: it makes it private itself
+    os.close(os.open(policy, os.O_WRONLY | os.O_CREAT, 0o600))
+    policy.write_text(json.dumps({"p": 1}))
     start_daemon(
         home,
         slots=2,
@@ -109,3 +114,19 @@ def test_nothing_under_the_home_is_readable_by_others(
     texts = [p.read_text(errors="replace") for p in home.rglob("*.log")]
     texts += [p.read_text() for p in plans]
     assert texts and all(token not in t for t in texts)  # ...but never the token itself
+
+
+def test_an_open_home_is_closed_but_only_adls_files_in_it_change(
+    tmp_path: Path, lax_umask: None
+) -> None:
+    from adl.local.private import make_private_home
+
+    home = tmp_path / "shared"  # $ADL_HOME pointed at a directory that holds other things
+    (home / "jobs" / "default" / "a").mkdir(parents=True)
+    (home / "daemon.log").write_text("old log\n")
+    (home / "notes.txt").write_text("not adl's\n")
+    make_private_home(home)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "daemon.log").stat().st_mode) == 0o600
+    assert stat.S_IMODE((home / "jobs" / "default" / "a").stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "notes.txt").stat().st_mode) == 0o644
