@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import logging
 import os
+import socket
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -77,6 +79,57 @@ def _validate(env: WorkerEnv) -> None:
         raise ValueError("ADL_MASTER_PORT is required when ADL_WORLD_SIZE > 1")
 
 
+def is_loopback(host: str) -> bool:
+    """``host`` names this machine's loopback (every rank runs on this one machine)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _loopback_store(env: WorkerEnv, timeout: timedelta) -> dist.TCPStore | None:
+    """The rendezvous store for a loopback master address, listening on that address only.
+
+    torch's TCPStore is unauthenticated and its server binds every interface, whatever host
+    it is given (``*:PORT``): anyone on the network could read and write the job's keys. When
+    all ranks are on this machine (the local backend, a one-machine ``adl launch``), rank 0
+    binds the listening socket itself and hands it to the store. None for any other address
+    (on Kubernetes rank 0's pod is reached through a Service; its NetworkPolicy guards it)."""
+    if not is_loopback(env.master_addr) or env.master_port is None:
+        return None
+    host = "127.0.0.1" if env.master_addr == "localhost" else env.master_addr
+    if env.rank != 0:
+        return dist.TCPStore(host, env.master_port, env.world_size, False, timeout=timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's own listener
+        sock.bind((host, env.master_port))
+        sock.listen(socket.SOMAXCONN)
+    except OSError:
+        sock.close()
+        raise
+    return dist.TCPStore(
+        host,
+        env.master_port,
+        env.world_size,
+        True,
+        timeout=timeout,
+        master_listen_fd=sock.detach(),  # the store owns the descriptor from here
+    )
+
+
+def _gloo_on_loopback() -> None:
+    """Gloo's own listening sockets (one per peer) bind the address this host's name resolves
+    to, often a network interface: on one machine, keep them on the loopback interface too
+    (unless the user chose an interface)."""
+    if "GLOO_SOCKET_IFNAME" in os.environ:
+        return
+    names = [name for _, name in socket.if_nameindex()]
+    if "lo" in names:
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+
+
 def default_backend() -> str:
     """nccl when this process has a GPU, gloo otherwise."""
     return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
@@ -107,13 +160,21 @@ def init_process_group(
         chosen = backend or default_backend()
         if chosen == "nccl":
             torch.cuda.set_device(env.local_rank)
-        dist.init_process_group(
-            chosen,
-            init_method=f"tcp://{env.master_addr}:{env.master_port}",
-            rank=env.rank,
-            world_size=env.world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        timeout = timedelta(seconds=timeout_s)
+        store = _loopback_store(env, timeout)
+        if store is not None:
+            _gloo_on_loopback()
+            dist.init_process_group(
+                chosen, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout
+            )
+        else:
+            dist.init_process_group(
+                chosen,
+                init_method=f"tcp://{env.master_addr}:{env.master_port}",
+                rank=env.rank,
+                world_size=env.world_size,
+                timeout=timeout,
+            )
         # Separate CPU groups: one for the asynchronous stop flag, one for small control
         # collectives, so neither interleaves with the gradient traffic of the default group.
         stop_group = dist.new_group(backend="gloo")

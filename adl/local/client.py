@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from adl.jobs_api import BackendError, JobView
+from adl.local.private import make_private_home, open_private_append
 from adl.local.processes import GroupPaths, last_line
 from adl.local.shim import write_atomic
 from adl.local.store import (
@@ -57,7 +58,7 @@ def daemon_pid(home: Path) -> int | None:
 def ensure_home(home: Path) -> None:
     """Create the state directory; one clear error when it cannot be (a file in the way)."""
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        make_private_home(home)  # the CLI may create it: private as the daemon would make it
     except OSError as err:
         why = {
             FileExistsError: "it is a file, not a directory",
@@ -111,7 +112,8 @@ def start_daemon(
         if round_s is not None:
             args += ["--round-s", str(round_s)]
         args += extra_args or []
-        with open(log_path, "ab") as log:
+        log = open_private_append(log_path)  # this process's umask may be lax
+        try:
             proc = subprocess.Popen(
                 args,
                 start_new_session=True,
@@ -120,6 +122,8 @@ def start_daemon(
                 stderr=subprocess.STDOUT,
                 close_fds=True,
             )
+        finally:
+            os.close(log)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         pid = daemon_pid(home)

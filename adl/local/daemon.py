@@ -38,6 +38,7 @@ from adl.local.api_server import LocalApi
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
 from adl.local.gpus import detect_gpus, visible_gpus
 from adl.local.groups import WorkerGroups
+from adl.local.private import create_private, make_private_home, private_umask, write_private
 from adl.local.store import JobRecord, StateUnreadable, Store, default_home
 from adl.models import AdaptiveJobStatus, Condition, Phase
 from adl.sched import registry
@@ -111,7 +112,8 @@ class Daemon:
 
     def acquire(self) -> None:
         """Take the home's lock (exactly one daemon per home) and record our pid."""
-        self.home.mkdir(parents=True, exist_ok=True)
+        make_private_home(self.home)
+        create_private(self.home / LOCK_NAME)
         fh = open(self.home / LOCK_NAME, "a+")  # noqa: SIM115
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -119,7 +121,7 @@ class Daemon:
             fh.close()
             raise DaemonRunning(f"another adl daemon already serves {self.home}") from None
         self._lock_fh = fh
-        (self.home / PID_NAME).write_text(f"{os.getpid()}\n")
+        write_private(self.home / PID_NAME, f"{os.getpid()}\n")
 
     def run(self) -> None:
         self.acquire()
@@ -363,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-prewarm", action="store_true", help="start every group from a fresh interpreter"
     )
     args = parser.parse_args(argv)
+    # first: everything the daemon, its shims and their workers create under the home (the
+    # database and its WAL with every token, plans with the jobs' environments, logs,
+    # checkpoints) is the user's alone
+    private_umask()
     try:
         knobs = parse_knobs(args.policy_knob)
     except ValueError as err:
@@ -375,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     home = args.home or default_home()
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        make_private_home(home)
     except OSError as err:
         raise SystemExit(f"adl daemon: cannot use {home} as the state directory: {err}") from None
     gpus = detect_gpus() if args.gpus is None else args.gpus

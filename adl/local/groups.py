@@ -10,6 +10,8 @@ The daemon decides *what* to do (``adl.controller``); this module only does it.
 from __future__ import annotations
 
 import contextlib
+import hmac
+import json
 import logging
 import os
 import signal
@@ -25,6 +27,7 @@ from adl.controller.env import WorkerSite
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
 from adl.local import processes as P
 from adl.local.gpus import gpu_ids
+from adl.local.private import make_private_dir, write_private
 from adl.local.store import GroupRecord, JobRecord, Store
 
 if TYPE_CHECKING:
@@ -35,6 +38,10 @@ log = logging.getLogger("adl.local")
 #: Seconds after a group's launch before the job's next warm shim starts (so its imports do not
 #: compete with the new group's start).
 WARM_DELAY_S = 2.0
+#: Workers left running in a directory no job owns (after a reset of the state database) get
+#: their grace period to stop, at most this long, then SIGKILL, then this long to be gone.
+ORPHAN_GRACE_S = 10.0
+ORPHAN_KILL_S = 5.0
 
 
 class WorkerGroups:
@@ -79,7 +86,21 @@ class WorkerGroups:
     def recover(self) -> None:
         """After a restart: stop every live group that is not the current one of an unfinished
         job (orphans of a resize the previous daemon did not finish), before launching
-        anything. The current group of a running job is adopted as it is."""
+        anything. The current group of a running job is adopted as it is.
+
+        First, job directories that no job in the database owns (the database was reset, or
+        a new job of the same name was submitted into the new one) are stopped and moved aside:
+        nothing of a predecessor is adopted, neither its workers nor its checkpoint."""
+        by_key = {(r.namespace, r.name): r for r in self.jobs.values()}
+        for ns, name, root in P.job_dirs(self.home):
+            rec = by_key.get((ns, name))
+            try:
+                if rec is None:
+                    self.set_aside(P.GroupPaths(root), "no job in the state database owns it")
+                elif not self.owns(rec):
+                    self.set_aside(P.GroupPaths(root), "an earlier job of that name left it")
+            except OSError as err:  # the job's launch tries again (claim) and says why it fails
+                log.warning("cannot move aside the job directory %s: %s", root, err)
         for rec in self.jobs.values():
             paths = self.paths(rec)
             P.drop_warm(paths)  # a warm shim nobody handed a plan to yet: not a group
@@ -94,6 +115,80 @@ class WorkerGroups:
                 if not current or rec.deleted:
                     log.info("stopping orphan group %d of %s", g, rec.key)
                     self.stop_group(rec, g, rec.spec.termination_grace_period_seconds)
+
+    @staticmethod
+    def _owner(rec: JobRecord) -> dict[str, Any]:
+        # key, seq and submission time: a job submitted again after a reset of the database
+        # gets the same key and maybe the same seq, never the same time
+        return {"job": rec.key, "seq": rec.seq, "created": rec.created}
+
+    def owns(self, rec: JobRecord) -> bool:
+        """Whether the job's directory (if any) is this job's and not a predecessor's."""
+        paths = self.paths(rec)
+        if not paths.root.exists():
+            return True
+        owner = P.read_json(paths.owner)
+        if owner is not None:
+            return owner == self._owner(rec)
+        # a directory from before owner records: the token, written before the first group
+        # starts, says whose it is; with neither, nothing was ever launched from it
+        try:
+            token = paths.token.read_text()
+        except OSError:
+            return not paths.recorded_groups()
+        return hmac.compare_digest(token.encode(), rec.token.encode())
+
+    def claim(self, rec: JobRecord) -> None:
+        """Before the job's first group or warm shim: the directory is this job's (a
+        predecessor's is moved aside first) and says so."""
+        paths = self.paths(rec)
+        if not self.owns(rec):
+            self.set_aside(paths, "an earlier job of that name left it")
+        if not paths.owner.exists():
+            make_private_dir(paths.root)
+            write_private(paths.owner, json.dumps(self._owner(rec)))
+
+    def set_aside(self, paths: P.GroupPaths, why: str) -> None:
+        """Stop whatever still runs from a job directory nobody owns and move the directory to
+        ``jobs/.orphaned/``, where its checkpoint and logs stay for the user to look at. Blocks
+        the daemon (at start) for at most ORPHAN_GRACE_S + ORPHAN_KILL_S: the workers must be
+        gone before the directory moves, or one still checkpointing would recreate it."""
+        P.drop_warm(paths)  # waiting warm shims ran nothing: no grace
+        live = paths.live_shims()
+        for proc in live:
+            P.signal_group(proc.pid, signal.SIGTERM)  # a chance to checkpoint, as at a stop
+        graces = [
+            float((P.read_json(paths.plan(g)) or {}).get("grace_s", ORPHAN_GRACE_S))
+            for g in paths.recorded_groups()
+        ]
+        deadline = time.monotonic() + min(max(graces, default=0.0), ORPHAN_GRACE_S)
+        while live and any(P.group_alive(p) for p in live) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed = [p for p in live if P.group_alive(p)]
+        for proc in killed:
+            P.signal_group(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + ORPHAN_KILL_S
+        while any(P.group_alive(p) for p in killed) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ns, name = paths.root.parent.name, paths.root.name
+        folder = self.home / "jobs" / P.ORPHANED / ns
+        make_private_dir(folder)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        dest = folder / f"{name}-{stamp}"
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = folder / f"{name}-{stamp}.{n}"
+        os.rename(paths.root, dest)
+        log.warning(
+            "job directory %s/%s: %s; stopped %d running group(s)%s and moved it to %s",
+            ns,
+            name,
+            why,
+            len(live),
+            f" ({len(killed)} killed after the grace period)" if killed else "",
+            dest,
+        )
 
     def _restore_group_row(self, rec: JobRecord, group: int, proc: P.GroupProcess) -> None:
         """Record a live group the previous daemon launched but was killed before recording:
@@ -230,12 +325,13 @@ class WorkerGroups:
     ) -> tuple[P.GroupProcess, subprocess.Popen[bytes] | None, int]:
         """Write the group's files and start its shim (or hand the plan to the warm one):
         the shim, the Popen to reap it, the rendezvous port."""
+        self.claim(rec)
         paths = self.paths(rec)
         need = len(action.allocation)
-        paths.checkpoint.mkdir(parents=True, exist_ok=True)
+        make_private_dir(paths.checkpoint)
         if not paths.token.exists():
-            paths.token.write_text(rec.token)
-            paths.token.chmod(0o600)
+            # 0600 from creation, never briefly readable: the token is the job's API identity
+            write_private(paths.token, rec.token)
         port = P.free_port()
         site = WorkerSite(
             master_addr="127.0.0.1",
@@ -286,6 +382,7 @@ class WorkerGroups:
         if script_of(argv, env.get("PATH", os.defpath), cwd) is None:
             return
         try:
+            self.claim(rec)
             self._warm[rec.key] = P.prewarm(self.paths(rec), env, cwd)
         except OSError as err:
             log.warning("no warm start for %s: %s", rec.key, err)
@@ -321,7 +418,7 @@ class WorkerGroups:
         if proc is None:
             return
         if not marker.exists():
-            marker.write_text(f"{time.time() + grace_s + self.s.kill_margin_s}\n")
+            write_private(marker, f"{time.time() + grace_s + self.s.kill_margin_s}\n")
             P.signal_group(proc.pid, signal.SIGTERM)
 
     def escalate(self) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adl.local.private import make_private_dir, open_private_append
 from adl.local.shim import proc_start_ticks, write_atomic
 
 
@@ -37,6 +38,17 @@ class GroupPaths:
     @property
     def token(self) -> Path:
         return self.root / "token"
+
+    @property
+    def owner(self) -> Path:
+        """Which job (of which database) this directory belongs to: see ``WorkerGroups.claim``."""
+        return self.root / "owner.json"
+
+    def live_shims(self) -> list[GroupProcess]:
+        """Every group shim and warm shim recorded here that still runs."""
+        folder = self.root / "groups"
+        found = [read_pidfile(p) for p in folder.glob("*.pid")] if folder.is_dir() else []
+        return [proc for proc in found if proc is not None and group_alive(proc)]
 
     @property
     def logs(self) -> Path:
@@ -79,6 +91,21 @@ class GroupPaths:
         return sorted(out)
 
 
+#: Where job directories that no job owns are moved (``jobs/.orphaned/NS/NAME-TIME``); the dot
+#: keeps it apart from namespaces, which cannot start with one.
+ORPHANED = ".orphaned"
+
+
+def job_dirs(home: Path) -> list[tuple[str, str, Path]]:
+    """(namespace, name, directory) of every job directory under ``home``."""
+    out = []
+    for ns in sorted((home / "jobs").glob("*")):
+        if ns.name.startswith(".") or not ns.is_dir():
+            continue
+        out += [(ns.name, d.name, d) for d in sorted(ns.iterdir()) if d.is_dir()]
+    return out
+
+
 @dataclass(frozen=True)
 class GroupProcess:
     """The shim of a running group: pid plus its start time, which tells it from pid reuse."""
@@ -99,17 +126,21 @@ def prewarm(
 ) -> tuple[GroupProcess, subprocess.Popen[bytes]]:
     """Start a warm shim for the job's next group (see :mod:`adl.local.warm`)."""
     folder = paths.root / "groups"
-    folder.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "adl.local.shim", "--warm", str(folder)],
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=open(folder / "warm.shim.log", "ab"),  # noqa: SIM115
-        env=env,
-        cwd=cwd or None,
-        close_fds=True,
-    )
+    make_private_dir(folder)
+    err = open_private_append(folder / "warm.shim.log")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "adl.local.shim", "--warm", str(folder)],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            cwd=cwd or None,
+            close_fds=True,
+        )
+    finally:
+        os.close(err)
     ticks = proc_start_ticks(proc.pid) or 0
     write_atomic(paths.warm_pid(proc.pid), f"{proc.pid} {ticks}\n")
     return GroupProcess(proc.pid, ticks), proc
@@ -143,7 +174,7 @@ def launch(
 
     The caller keeps the Popen to reap the shim (it is our child until we die)."""
     plan_path = paths.plan(group)
-    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(plan_path.parent)
     for old in (paths.result(group), paths.pidfile(group)):
         old.unlink(missing_ok=True)
     plan = {
@@ -154,7 +185,7 @@ def launch(
         "result": str(paths.result(group)),
         "ranks": [{**r, "log": str(paths.log(int(r["rank"])))} for r in ranks],
     }
-    plan_path.write_text(json.dumps(plan))
+    write_atomic(plan_path, json.dumps(plan))  # the job's environment: private
     if warm is not None and alive(warm) and paths.warm_pid(warm.pid).exists():
         # go first, then the pidfile: a daemon killed in between finds the group either
         # not started (the warm shim is dropped, the group relaunched) or started by it
@@ -164,19 +195,23 @@ def launch(
     if warm is not None:
         drop_warm(paths, warm)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADL_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "adl.local.shim", str(plan_path)],
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=open(paths.root / "groups" / f"g{group}.shim.log", "ab"),  # noqa: SIM115
-        env=env,
-        close_fds=True,
-    )
+    err = open_private_append(paths.root / "groups" / f"g{group}.shim.log")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "adl.local.shim", str(plan_path)],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            close_fds=True,
+        )
+    finally:
+        os.close(err)
     ticks = proc_start_ticks(proc.pid) or 0
     # The shim writes the same file itself; writing it here too closes the window before it
     # runs, so a daemon killed right now still finds this group on restart.
-    paths.pidfile(group).write_text(f"{proc.pid} {ticks}\n")
+    write_atomic(paths.pidfile(group), f"{proc.pid} {ticks}\n")
     return GroupProcess(proc.pid, ticks), proc
 
 

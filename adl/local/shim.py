@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from adl.local.private import private_umask, write_private
 from adl.supervisor import DEFAULT_GRACE_S, RankProcess, RankSpec, Supervisor
 
 
@@ -38,9 +39,8 @@ def proc_start_ticks(pid: int) -> int | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Replace ``path`` atomically; the file is private (0600) from creation."""
+    write_private(path, text)
 
 
 def run(plan: dict[str, Any], fork: bool = False) -> int:
@@ -69,7 +69,7 @@ def run(plan: dict[str, Any], fork: bool = False) -> int:
     for spec in specs:
         assert spec.log is not None
         log_path = Path(spec.log)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(log_path, "ab") as log:  # what group_last_line() looks for
             log.write(f"=== group {plan.get('group')} rank {spec.rank} ===\n".encode())
     outcome = supervisor.run(handle_signals=False)
@@ -86,6 +86,9 @@ def run(plan: dict[str, Any], fork: bool = False) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    # the logs, results and whatever the ranks write (checkpoints) stay the user's alone, even
+    # under a daemon that did not set the umask itself (one run in a test's thread)
+    private_umask()
     if len(args) == 2 and args[0] == "--warm":
         from adl.local.warm import wait_and_run
 

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from adl.contract import ENV_HOME, JobKey
+from adl.local.private import create_private
 from adl.models import (
     MAX_OBJECT_BYTES,
     AdaptiveJobSpec,
@@ -174,7 +175,11 @@ class Store:
         self.path = Path(path)
         #: why the last write failed (None once one succeeds): the state on disk may be stale
         self.write_error: str | None = None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # SQLite creates the database with the process's umask (the CLI's may be 022) and its
+        # WAL and shared-memory files with the database's mode: created 0600 here, all three
+        # are private, whichever process comes first
+        create_private(self.path)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(
             str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None

@@ -142,7 +142,7 @@ def fork_rank(argv: list[str], env: dict[str, str], cwd: str | None, log: str) -
     try:  # the child: never returns to the shim's code
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # private
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)

@@ -358,10 +358,11 @@ def test_a_pending_job_that_can_no_longer_fit_is_told_why(daemon_factory, backen
 
 
 def test_a_job_that_cannot_be_launched_fails_alone(daemon_factory, backend, home) -> None:
+    daemon_factory(FixedPolicy())
+    # after the daemon started: at its start it moves aside a job directory no job owns
     blocked = home / "jobs/default/bad/groups"  # a file where its directory must go
     blocked.parent.mkdir(parents=True)
     blocked.write_text("")
-    daemon_factory(FixedPolicy())
     backend.submit("bad", "default", counter_spec("--steps", "5", max_restarts=1))
     backend.submit("good", "default", counter_spec("--steps", "5"))
     wait_for(lambda: _phase(backend, "good") == Phase.SUCCEEDED, timeout=30)
