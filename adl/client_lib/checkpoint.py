@@ -153,9 +153,24 @@ def write(directory: Path, states: dict[str, Any], saved_at: float | None = None
 def _temporary(directory: Path) -> Path:
     """A new empty file named as the stale-temporary sweep expects."""
     fd, name = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=directory)
-    os.fchmod(fd, 0o644)  # mkstemp makes it private; a checkpoint is as readable as the dir
+    # mkstemp makes it 0600 whatever the umask: give it the mode any new file of this process
+    # gets (0644 under the usual umask 022; private under the local backend's 077)
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     return Path(name)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` sets it to read it, which
+    races with other threads creating files); 022 where /proc does not say."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _keep_previous(directory: Path, final: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -191,3 +192,22 @@ def test_prepare_checkpoint_runs_before_the_write(make_context: MakeContext) -> 
     ctx.register(State())
     ctx.save()
     assert calls == ["prepare", "state"]
+
+
+def test_a_checkpoint_gets_the_mode_of_the_process_umask(tmp_path: Path) -> None:
+    """Private under the local backend's umask 077 (another user must not read a job's model),
+    0644 under the usual 022 (as readable as its directory)."""
+    import stat
+
+    old = os.umask(0o077)
+    try:
+        path = checkpoint.write(tmp_path / "private", {"a": {"x": 1}})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    old = os.umask(0o022)
+    try:
+        path = checkpoint.write(tmp_path / "shared", {"a": {"x": 1}})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
