@@ -63,7 +63,7 @@ class MemoryStore:
 
 
 STORE = MemoryStore()
-APP = create_app(STORE)
+APP = create_app(STORE, docs=True)  # the document to fuzz from: the same routes, plus the docs
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 
