@@ -61,6 +61,15 @@ def kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
+def operator_policies(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The NetworkPolicy in front of the operator (not the workers' own)."""
+    return [
+        d
+        for d in kinds(docs, "NetworkPolicy")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+    ]
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_strict_lint(variant: str) -> None:
     report = helm.lint(CHART, VARIANTS[variant], strict=True, namespace="adl-system")
@@ -476,10 +485,10 @@ def test_network_policy_admits_adl_workers_and_extra_peers_to_the_api_port() -> 
     from adl.models import AdaptiveJobSpec
     from adl.operator import pods as P
 
-    assert len(kinds(render({}), "NetworkPolicy")) == 1  # on by default
+    assert len(operator_policies(render({}))) == 1  # on by default
     assert kinds(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy") == []
     docs = render(VARIANTS["networkpolicy"])
-    (policy,) = kinds(docs, "NetworkPolicy")
+    (policy,) = operator_policies(docs)
     (deploy,) = kinds(docs, "Deployment")
     spec = policy["spec"]
     assert spec["podSelector"] == deploy["spec"]["selector"]
@@ -636,3 +645,43 @@ def test_name_overrides() -> None:
     assert deploy["metadata"]["name"] == "a" * 62
     with pytest.raises(helm.HelmError, match="fullnameOverride"):
         render({"fullnameOverride": "Platform_Sched"})
+
+
+def test_a_namespaced_install_fences_the_workers_ports_in_every_watched_namespace() -> None:
+    """Rank 0's rendezvous store (torch's TCPStore) has no authentication: only adl worker
+    pods of the same namespace may reach a worker pod, on any port."""
+    from adl.models import AdaptiveJobSpec
+    from adl.operator import pods as P
+
+    values = {"namespaced": True, "watchNamespaces": ["team-a", "team-b"]}
+    policies = [
+        d
+        for d in kinds(render(values), "NetworkPolicy")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "workers"
+    ]
+    assert sorted(p["metadata"]["namespace"] for p in policies) == [
+        "adl-system",
+        "team-a",
+        "team-b",
+    ]
+    template = {"spec": {"containers": [{"name": "t", "image": "img:1"}]}}
+    job = P.JobRef(name="bert", namespace="team-a", uid="u")
+    worker = P.build_pod(
+        job, AdaptiveJobSpec(template=template), group=1, index=0, node="n", replicas=1, env={}
+    )
+    labels = worker["metadata"]["labels"]
+    for policy in policies:
+        spec = policy["spec"]
+        assert selects(spec["podSelector"], labels)
+        (rule,) = spec["ingress"]
+        (peer,) = rule["from"]
+        assert "ports" not in rule and "namespaceSelector" not in peer  # same namespace only
+        assert selects(peer["podSelector"], labels)
+        assert not selects(peer["podSelector"], {"team": "a"})
+    # cluster-wide, or turned off: no workers' policy (the chart cannot know every namespace)
+    for other in ({}, {"namespaced": True, "networkPolicy": {"workers": False}}):
+        docs = render(other)
+        assert all(
+            d["metadata"]["labels"].get("app.kubernetes.io/component") != "workers"
+            for d in kinds(docs, "NetworkPolicy")
+        )
