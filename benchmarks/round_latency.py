@@ -22,21 +22,18 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adl.controller.actions import EmitEvent
 from adl.controller.driver import Driver
+from adl.controller.memory import MemoryBackend
 from adl.controller.rounds import JobRecord, SpeedupCache
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,
-    Condition,
     GradParamsModel,
     Hints,
     PerfParamsModel,
@@ -87,43 +84,6 @@ def make_jobs(n: int, rng: np.random.Generator) -> list[JobRecord]:
     ]
 
 
-class MemoryBackend:
-    """The driver's round over job records in memory (no workers, no I/O)."""
-
-    def __init__(self, jobs: list[JobRecord], nodes: list[NodeInfo]) -> None:
-        self.jobs = {j.key: j for j in jobs}
-        self.nodes = nodes
-
-    def round_jobs(self) -> list[JobRecord]:
-        return list(self.jobs.values())
-
-    def round_nodes(self) -> list[NodeInfo]:
-        return self.nodes
-
-    def set_desired(self, changed: Mapping[str, list[str]]) -> None:
-        for key, alloc in changed.items():
-            job = self.jobs[key]
-            status = job.status.model_copy(update={"allocation": list(alloc)})
-            self.jobs[key] = replace(job, status=status, desired=list(alloc))
-
-    def record_service(self, service: Mapping[str, float]) -> None:
-        for key, seconds in service.items():
-            status = self.jobs[key].status.model_copy(update={"attained_service_s": seconds})
-            self.jobs[key] = replace(self.jobs[key], status=status)
-
-    def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
-        for key, conds in conditions.items():
-            status = self.jobs[key].status.model_copy(update={"conditions": list(conds)})
-            self.jobs[key] = replace(self.jobs[key], status=status)
-
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        pass
-
-    def refit(self, key: str, hints: Hints) -> None:
-        job = self.jobs[key]
-        self.jobs[key] = replace(job, status=job.status.model_copy(update={"hints": hints}))
-
-
 class LocalBackend:
     """The local daemon (SQLite store, one node of ``gpus`` slots), its round only."""
 
@@ -141,7 +101,7 @@ class LocalBackend:
             self.daemon.store.set_hints(job.key, job.status.hints)
         self.daemon.reload()
 
-    def refit(self, key: str, hints: Hints) -> None:
+    def set_hints(self, key: str, hints: Hints) -> None:
         self.daemon.store.set_hints(key, hints)
 
 
@@ -176,7 +136,7 @@ def bench(
                 if h is not None and rng.random() < refit:
                     grad = GradParamsModel(sqr=1.0, var=float(rng.uniform(0.5, 200.0)))
                     hints[key] = h.model_copy(update={"grad_params": grad})
-                    target.refit(key, hints[key])  # type: ignore[arg-type]
+                    target.set_hints(key, hints[key])  # type: ignore[arg-type]
         if backend == "local":
             local.daemon.store.close()
     steady = durations[1:] or durations  # the first round builds every table from scratch

@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.driver import Driver
-from adl.controller.lifecycle import ObservedWorkers
+from adl.controller.memory import MemoryBackend
 from adl.controller.rounds import JobRecord
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,
-    Condition,
     GradParamsModel,
     Hints,
     PerfParamsModel,
@@ -93,49 +91,6 @@ class Clock:
         return self.t
 
 
-class MemoryBackend:
-    """The smallest WorkerBackend: job records in a dict (no workers: the round only)."""
-
-    def __init__(self) -> None:
-        self.jobs = {k: JobRecord(k, SPEC, running(n), NOW) for k, n in RUNNING.items()}
-        self.events: list[tuple[str, EmitEvent]] = []
-
-    def observe(self, job: JobRecord) -> ObservedWorkers:
-        return ObservedWorkers(())
-
-    def set_status(self, job: JobRecord, status: AdaptiveJobStatus) -> None:
-        self.jobs[job.key] = replace(self.jobs[job.key], status=status)
-
-    def create_group(self, job: JobRecord, action: CreateGroup) -> None:
-        raise AssertionError("the scenario starts no group")
-
-    def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
-        raise AssertionError("the scenario stops no group")
-
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        self.events.append((job, event))
-
-    def round_jobs(self) -> list[JobRecord]:
-        return list(self.jobs.values())
-
-    def round_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo("n1", 4)]
-
-    def set_desired(self, changed: Mapping[str, list[str]]) -> None:
-        for key, alloc in changed.items():
-            self.jobs[key] = replace(self.jobs[key], desired=list(alloc))
-
-    def record_service(self, service: Mapping[str, float]) -> None:
-        for key, seconds in service.items():
-            status = self.jobs[key].status.model_copy(update={"attained_service_s": seconds})
-            self.jobs[key] = replace(self.jobs[key], status=status)
-
-    def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
-        for key, conds in conditions.items():
-            status = self.jobs[key].status.model_copy(update={"conditions": list(conds)})
-            self.jobs[key] = replace(self.jobs[key], status=status)
-
-
 @dataclass
 class Setup:
     """A driver over one backend, and how to read and change that backend's stored state."""
@@ -147,11 +102,9 @@ class Setup:
 
 
 def memory_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[Setup]:
-    backend = MemoryBackend()
-
-    def set_hints(key: str, h: Hints) -> None:
-        rec = backend.jobs[key]
-        backend.jobs[key] = replace(rec, status=rec.status.model_copy(update={"hints": h}))
+    jobs = [JobRecord(k, SPEC, running(n), NOW) for k, n in RUNNING.items()]
+    backend = MemoryBackend(jobs, [NodeInfo("n1", 4)])
+    set_hints = backend.set_hints
 
     yield Setup(
         Driver(backend, policy, clock=clock),

@@ -16,11 +16,14 @@ import pytest
 from numpy.typing import ArrayLike, NDArray
 
 from adl.controller.driver import Driver
+from adl.controller.memory import MemoryBackend
 from adl.controller.rounds import JobRecord, SpeedupCache, plan_round
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.policy import AdlPolicy
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
-from tests.unit.controller.test_driver import MemoryBackend
+from tests.unit.controller.test_driver import NOW as SCENARIO_NOW
+from tests.unit.controller.test_driver import RUNNING, running
+from tests.unit.controller.test_driver import SPEC as SCENARIO_SPEC
 from tests.unit.controller.test_driver import hints as good_hints
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -123,7 +126,9 @@ def test_a_policy_failure_no_single_job_explains_still_fails_the_round() -> None
 
 
 def test_the_driver_warns_once_marks_the_job_and_clears_the_mark() -> None:
-    backend = MemoryBackend()  # ns/a (2 replicas) and ns/b (1), both with good hints
+    # ns/a (2 replicas) and ns/b (1), both with good hints
+    jobs = [JobRecord(k, SCENARIO_SPEC, running(n), SCENARIO_NOW) for k, n in RUNNING.items()]
+    backend = MemoryBackend(jobs, [NodeInfo("n1", 4)])
     a = backend.jobs["ns/a"]
     backend.jobs["ns/a"] = replace(a, status=a.status.model_copy(update={"hints": hostile_hints()}))
     driver = Driver(backend, AdlPolicy())
