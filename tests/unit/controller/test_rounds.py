@@ -163,6 +163,22 @@ def test_a_job_that_reported_all_its_work_done_keeps_its_slots() -> None:
     assert [i.name for i in policy2.calls[0][0]] == ["ns/x"]
 
 
+def test_a_held_replica_takes_all_of_its_gpus_out_of_what_the_policy_shares() -> None:
+    """A job kept where it is (finishing, or left out of the round) holds gpusPerReplica GPUs
+    per replica: found by the property tests, a pinned 8-GPU replica took 1 GPU out of its node
+    and the policy handed out the other 7 again (9 of 8 GPUs in use)."""
+    policy = GreedyPolicy()
+    done = HINTS.model_copy(update={"progress": 1000.0, "total_progress": 1000.0})
+    jobs = [
+        record("big", age_s=100, spec={"gpus_per_replica": 8}, phase=Phase.RUNNING,
+               allocation=["n0"], desired=["n0"], hints=done),
+        record("new", age_s=10, spec={"max_replicas": 8}),
+    ]  # fmt: skip
+    plan_round(policy, jobs, [NodeInfo("n0", 8), NodeInfo("n1", 2)], NOW)
+    ((_, nodes, _),) = policy.calls
+    assert [(n.name, n.gpus) for n in nodes] == [("n0", 0), ("n1", 2)]
+
+
 def test_a_job_that_says_it_is_done_but_keeps_running_is_pinned_for_a_while_only() -> None:
     """A report of all work done (or of ``totalProgress: 0``) while the job keeps running must
     not hold its GPUs against every other job, a higher priority tier included."""
