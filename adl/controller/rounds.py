@@ -166,11 +166,12 @@ def finishing(status: AdaptiveJobStatus, now: datetime) -> bool:
     return since is None or (now - since).total_seconds() < FINISHING_PIN_S
 
 
-def _without(nodes: Sequence[NodeInfo], held: Sequence[str]) -> list[NodeInfo]:
-    """``nodes`` with the slots in ``held`` (one node name per replica) taken out."""
+def _without(nodes: Sequence[NodeInfo], held: Sequence[tuple[str, int]]) -> list[NodeInfo]:
+    """``nodes`` with the GPUs in ``held`` taken out: (node, GPUs) per held replica (a replica
+    holds its job's ``gpusPerReplica``)."""
     out = []
     for n in nodes:
-        free = max(n.gpus - sum(1 for h in held if h == n.name), 0)
+        free = max(n.gpus - sum(g for h, g in held if h == n.name), 0)
         out.append(NodeInfo(n.name, free, n.preemptible))
     return out
 
@@ -269,7 +270,8 @@ def plan_round(
     previous = {r.key: _current(r) for r in live}
     while True:
         kept = pinned | set(faults)
-        held = [n for k in kept for n in previous[k]]
+        per_replica = {r.key: max(r.spec.gpus_per_replica, 1) for r in live if r.key in kept}
+        held = [(n, per_replica[k]) for k in kept for n in previous[k]]
         free_nodes = _without(nodes, held) if held else list(nodes)
         moving_prev = {i.name: previous[i.name] for i in infos}
         try:
@@ -293,7 +295,8 @@ def plan_round(
     for r in ordered:
         if r.key not in allocation and r.desired:
             changed[r.key] = []
-    held_before = sum(len(v) for v in previous.values())
+    gpus_of = {r.key: max(r.spec.gpus_per_replica, 1) for r in live}
+    held_before = sum(len(v) * gpus_of[k] for k, v in previous.items())
     decisions = explain(
         {k: v for k, v in changed.items() if k not in kept},
         previous,

@@ -57,8 +57,14 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 phases = st.sampled_from([Phase.PENDING, Phase.RUNNING, Phase.RESTARTING, Phase.STARTING])
 
 
-def _status(phase: Phase, replicas: int, hints: Hints | None) -> AdaptiveJobStatus:
-    running = phase != Phase.PENDING
+def _status(
+    phase: Phase, replicas: int, hints: Hints | None, gpus_per_replica: int = 1
+) -> AdaptiveJobStatus:
+    # only what could be held: replicas of gpus_per_replica GPUs that fit on n0 (a job whose
+    # replica is larger than a node never ran)
+    replicas = min(replicas, NODES[0].gpus // max(gpus_per_replica, 1))
+    running = phase != Phase.PENDING and replicas > 0
+    phase = phase if running or phase != Phase.RUNNING else Phase.PENDING
     alloc = ["n0"] * replicas if running else []
     st_ = AdaptiveJobStatus(
         phase=phase, group=1 if running else 0, replicas=len(alloc), allocation=alloc, hints=hints
@@ -114,7 +120,7 @@ def test_any_accepted_spec_with_any_report_is_handled(
     spec: AdaptiveJobSpec, hints: Hints | None, phase: Phase
 ) -> None:
     replicas = max(min(spec.min_replicas, 4), 1)
-    _everything(spec, _status(phase, replicas, hints))
+    _everything(spec, _status(phase, replicas, hints, spec.gpus_per_replica))
 
 
 @pytest.mark.slow
@@ -135,4 +141,5 @@ def test_any_manifest_is_accepted_and_handled_or_refused_with_a_value_error(
     except ValueError:
         return  # refused with a message the CLI shows as one line
     hints = data.draw(st.none() | accepted(Hints))
-    _everything(parsed, _status(Phase.RUNNING, max(min(parsed.min_replicas, 4), 1), hints))
+    replicas = max(min(parsed.min_replicas, 4), 1)
+    _everything(parsed, _status(Phase.RUNNING, replicas, hints, parsed.gpus_per_replica))
