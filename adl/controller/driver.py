@@ -109,17 +109,18 @@ class Driver:
                 continue
             why = result.faults.get(job.key)
             old = next((c for c in job.status.conditions if c.type == SCHEDULABLE), None)
+            marked = old is not None and old.status == "False"
+            if why is None and not marked:
+                continue  # the common case: nothing to say, and no copy of the status made
+            if why is not None and marked and old is not None and old.message == why:
+                continue
             status = job.status.model_copy(deep=True)
             if why is not None:
-                if old is not None and old.status == "False" and old.message == why:
-                    continue
                 log.warning("%s: left out of the round: %s", job.key, why)
                 self.backend.emit_event(job.key, EmitEvent("Warning", UNUSABLE, why))
                 set_condition(status, SCHEDULABLE, False, UNUSABLE, why, datetime.now(UTC))
-            elif old is not None and old.status == "False":
-                set_condition(status, SCHEDULABLE, True, "HintsUsable", "", datetime.now(UTC))
             else:
-                continue
+                set_condition(status, SCHEDULABLE, True, "HintsUsable", "", datetime.now(UTC))
             marks[job.key] = status.conditions
         if marks:
             self.backend.record_conditions(marks)

@@ -70,6 +70,9 @@ class SpeedupCache:
     def __init__(self) -> None:
         self._fns: dict[str, tuple[str, SpeedupFn]] = {}
         self._seen: set[str] = set()
+        #: job -> the max replicas its kept function was probed at (``plan_round``): a kept
+        #: function needs no second probe, which would cost every job calls on every round
+        self._probed: dict[str, int] = {}
 
     def get(self, job: str, hints: Hints | None) -> SpeedupFn:
         key = "" if hints is None else hints.model_dump_json(include=_MODEL_FIELDS)
@@ -79,10 +82,18 @@ class SpeedupCache:
             return hit[1]
         fn = speedup_from_hints(hints)
         self._fns[job] = (key, fn)
+        self._probed.pop(job, None)
         return fn
+
+    def probed(self, job: str, max_replicas: int) -> bool:
+        return self._probed.get(job) == max_replicas
+
+    def mark_probed(self, job: str, max_replicas: int) -> None:
+        self._probed[job] = max_replicas
 
     def sweep(self) -> None:
         self._fns = {k: v for k, v in self._fns.items() if k in self._seen}
+        self._probed = {k: v for k, v in self._probed.items() if k in self._seen}
         self._seen = set()
 
     def __len__(self) -> int:
@@ -219,7 +230,10 @@ def _usable_infos(
     for order, r in enumerate(movable):
         try:
             info = job_info(r, now, order, speedups)
-            _probe(info)
+            if speedups is None or not speedups.probed(r.key, info.max_replicas):
+                _probe(info)
+                if speedups is not None:
+                    speedups.mark_probed(r.key, info.max_replicas)
         except Exception as err:
             faults[r.key] = f"its hints give no usable model ({_describe(err)})"
             continue
