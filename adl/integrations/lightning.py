@@ -23,6 +23,8 @@ whose history survives restarts, such as :class:`HistoryLogger`.
 from __future__ import annotations
 
 import functools
+import signal
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -207,6 +209,7 @@ class AdaptiveCallback(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         ctx = context()
         ctx.total_epochs = trainer.max_epochs
+        _adl_handles_sigterm(ctx)
         self._counters.trainer = trainer
         if not self._registered:
             self._registered = True
@@ -236,6 +239,16 @@ class AdaptiveCallback(pl.Callback):
         state.epoch = trainer.current_epoch
         for hook in list(ctx.work_done_hooks):  # a last hints report: the work is done
             hook()
+
+
+def _adl_handles_sigterm(ctx: Any) -> None:
+    """Give SIGTERM back to adl alone. Lightning's handler (installed as ``fit`` starts) makes the
+    loop raise ``SIGTERMException`` at the next batch, a plain ``SystemExit``: the process would
+    exit 0, as if done, without a checkpoint. adl's stops every rank at the same step, saves,
+    and exits 143, so the job restarts where it stopped."""
+    monitor = ctx.preemption
+    if monitor is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, monitor._on_signal)
 
 
 def _restore(trainer: pl.Trainer, saved: Mapping[str, int]) -> None:

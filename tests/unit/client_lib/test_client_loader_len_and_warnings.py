@@ -120,3 +120,22 @@ def test_batch_configuration_changes_are_logged_with_the_lr_scale(
     assert lines == [
         "adl: batch size 8 -> 8 (local 2 x 1 replicas, accumulation 3), lr scale 1.00 -> 1.00"
     ]
+
+
+def test_len_before_iterating_after_a_restore_at_another_world_size(
+    make_context: MakeContext, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """Restored from a checkpoint of 2 replicas (micro-batch 4 of B0 = 8) on 1, the next
+    iteration splits B0 over 1 replica: ``len`` must say so before it starts (a framework such
+    as Lightning reads it then, and ends the epoch after that many batches)."""
+    from adl.client_lib import checkpoint
+
+    state = {"epoch": 0, "offset": 16, "size": 40, "local_bsz": 4, "accum_steps": 0}
+    state["world_size"] = 2
+    checkpoint.write(tmp_path / "ckpt", {"d": state, "adl.epoch": {"epoch": 0}})
+    make_context()
+    loader = adl.AdaptiveDataLoader(_data(40), batch_size=8, name="d")
+    for _epoch in adl.remaining_epochs_until(1):
+        expected = len(loader)
+        assert [len(batch) for (batch,) in loader] == [8, 8, 8]  # the 24 samples left
+        assert expected == 3
