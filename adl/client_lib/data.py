@@ -498,6 +498,10 @@ class AdaptiveDataLoader:
         if self._iter_len is not None:
             return self._iter_len
         local, _ = self._current_config()
+        if self._config is not None and self._restored_world != self._ctx.world_size:
+            # restored from another world size: the next iteration drops that micro-batch for
+            # B0 split over these replicas (with autoscaling, rank 0 may then choose another)
+            local, _ = default_config(self.bounds, self._ctx.world_size)
         _, offset = self._next_position()
         size = self._size
         return len(plan_micro_batches(size, offset, self._ctx.world_size, local, self.drop_last))
