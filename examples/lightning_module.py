@@ -45,7 +45,8 @@ class Classifier(pl.LightningModule):
 
     def train_dataloader(self) -> Any:
         # adl: shards, shuffles and resumes mid-epoch at any world size; batch is the global B0
-        return adl.AdaptiveDataLoader(teacher_dataset(self.size), batch_size=self.batch, shuffle=True)
+        data = teacher_dataset(self.size)
+        return adl.AdaptiveDataLoader(data, batch_size=self.batch, shuffle=True)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -61,12 +62,21 @@ class Classifier(pl.LightningModule):
 
 
 class PrintRows(pl.Callback):
-    """Rank 0 prints the row just logged (what a user and the tests watch)."""
+    """Rank 0 prints the rows logged in this process (what a user and the tests watch)."""
+
+    printed = 0
+
+    def on_train_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        logger = trainer.logger
+        self.printed = len(logger.history) if isinstance(logger, HistoryLogger) else 0
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         logger = trainer.logger
-        if trainer.is_global_zero and isinstance(logger, HistoryLogger) and logger.history:
-            print(json.dumps(logger.history[-1]), flush=True)
+        if trainer.is_global_zero and isinstance(logger, HistoryLogger):
+            rows = logger.history
+            for row in rows[self.printed :]:
+                print(json.dumps(row), flush=True)
+            self.printed = len(rows)
 
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = ()) -> None:

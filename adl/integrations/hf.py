@@ -34,8 +34,8 @@ from transformers import Trainer, TrainerState
 from transformers.trainer_utils import TrainOutput
 
 from adl.client_lib.accumulator import Accumulator
-from adl.client_lib.data import AdaptiveDataLoader
 from adl.client_lib.context import has_context
+from adl.client_lib.data import AdaptiveDataLoader
 from adl.client_lib.env import context
 from adl.client_lib.epoch import remaining_epochs_until
 from adl.client_lib.parallel import AdaptiveDataParallel
@@ -115,7 +115,7 @@ class AdaptiveTrainer(Trainer):
 
     # ------------------------------------------------------------------ set-up
 
-    def _check_arguments(self, resume_from_checkpoint: Any) -> None:
+    def _adl_check_arguments(self, resume_from_checkpoint: Any) -> None:
         if resume_from_checkpoint:
             raise ValueError(f"resume_from_checkpoint is not supported: {_UNSUPPORTED}")
         if self.args.max_steps > 0:
@@ -126,7 +126,7 @@ class AdaptiveTrainer(Trainer):
         if self.train_dataset is None:
             raise ValueError("AdaptiveTrainer.train() needs a train_dataset")
 
-    def _build_loader(self) -> AdaptiveDataLoader:
+    def _adl_build_loader(self) -> AdaptiveDataLoader:
         loader = AdaptiveDataLoader(
             self.train_dataset,  # type: ignore[arg-type]
             batch_size=self.adl_batch.init_batch_size,
@@ -139,10 +139,10 @@ class AdaptiveTrainer(Trainer):
         self.adl_batch.apply(loader)
         return loader
 
-    def _build_model(self, total_steps: int) -> AdaptiveDataParallel:
+    def _adl_build_model(self, total_steps: int) -> AdaptiveDataParallel:
         # the schedule is written in steps at B0: adl steps it once per scale-invariant step
         self.create_optimizer_and_scheduler(num_training_steps=total_steps)
-        assert self.optimizer is not None
+        assert self.optimizer is not None and self.model is not None
         self.model.train()
         return AdaptiveDataParallel(
             self.model,
@@ -153,7 +153,7 @@ class AdaptiveTrainer(Trainer):
             name="adl.hf.model",
         )
 
-    def _fresh_state(self, total_steps: int, epochs: int) -> None:
+    def _adl_fresh_state(self, total_steps: int, epochs: int) -> None:
         self.state = TrainerState()
         self.state.train_batch_size = self.adl_batch.init_batch_size
         self.state.compute_steps(self.args, total_steps)
@@ -167,15 +167,15 @@ class AdaptiveTrainer(Trainer):
         self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any
     ) -> TrainOutput:
         """Train ``num_train_epochs`` epochs, resuming where the job's last checkpoint stopped."""
-        self._check_arguments(resume_from_checkpoint)
+        self._adl_check_arguments(resume_from_checkpoint)
         self.is_in_train = True
         ctx = self._adl
         epochs = math.ceil(self.args.num_train_epochs)
-        loader = self.adl_loader = self._build_loader()
-        size = len(loader.dataset)  # type: ignore[arg-type]
+        loader = self.adl_loader = self._adl_build_loader()
+        size = len(loader.dataset)
         total_steps = max(1, epochs * math.ceil(size / self.adl_batch.init_batch_size))
-        self._fresh_state(total_steps, epochs)
-        model = self.adl_model = self._build_model(total_steps)
+        self._adl_fresh_state(total_steps, epochs)
+        model = self.adl_model = self._adl_build_model(total_steps)
         ctx.register(_TrainerStateCheckpoint(self))  # restores global_step and log history
         window = Accumulator("adl.hf.window")  # loss since the last log, summed over replicas
         run = Accumulator("adl.hf.run")  # the same over the whole run
@@ -186,12 +186,10 @@ class AdaptiveTrainer(Trainer):
         start = time.time()
         self.control = self.callback_handler.on_train_begin(self.args, self.state, self.control)
         for epoch in remaining_epochs_until(epochs):
-            self.control = self.callback_handler.on_epoch_begin(
-                self.args, self.state, self.control
-            )
-            self._run_epoch(model, loader, epoch, size, window, run)
+            self.control = self.callback_handler.on_epoch_begin(self.args, self.state, self.control)
+            self._adl_run_epoch(model, loader, epoch, size, window, run)
             self.control = self.callback_handler.on_epoch_end(self.args, self.state, self.control)
-            self._after_step(model, window)
+            self._adl_after_step(model, window)
             if self.control.should_training_stop:
                 break
         with run.synchronized():
@@ -202,7 +200,7 @@ class AdaptiveTrainer(Trainer):
         metrics = {"train_loss": train_loss, "train_runtime": time.time() - start}
         return TrainOutput(self.state.global_step, train_loss, metrics)
 
-    def _run_epoch(
+    def _adl_run_epoch(
         self,
         model: AdaptiveDataParallel,
         loader: AdaptiveDataLoader,
@@ -219,7 +217,7 @@ class AdaptiveTrainer(Trainer):
                 self.control = self.callback_handler.on_step_begin(
                     self.args, self.state, self.control
                 )
-            loss = self._micro_step(model, inputs)
+            loss = self._adl_micro_step(model, inputs)
             samples = batch_length(inputs)
             window.update_sums({"loss": loss * samples, "samples": samples})
             run.update_sums({"loss": loss * samples, "samples": samples})
@@ -229,21 +227,22 @@ class AdaptiveTrainer(Trainer):
                     self.args, self.state, self.control
                 )
                 continue
-            self._optimizer_step(model, epoch + loader.offset / size)
-            self._after_step(model, window)
+            self._adl_optimizer_step(model, epoch + loader.offset / size)
+            self._adl_after_step(model, window)
             if self.control.should_epoch_stop or self.control.should_training_stop:
                 break
 
-    def _micro_step(self, model: AdaptiveDataParallel, inputs: Any) -> float:
+    def _adl_micro_step(self, model: AdaptiveDataParallel, inputs: Any) -> float:
         """Forward and backward on one micro-batch; its mean loss. adl averages the gradients
         over the micro-batches of a step, so the loss is not divided by their number here."""
         inputs = self._prepare_inputs(inputs)
         with self.compute_loss_context_manager():
             loss = self.compute_loss(model, inputs)
+        assert isinstance(loss, torch.Tensor)  # return_outputs=False: the loss alone
         loss.backward()
         return float(loss.detach())
 
-    def _optimizer_step(self, model: AdaptiveDataParallel, epoch: float) -> None:
+    def _adl_optimizer_step(self, model: AdaptiveDataParallel, epoch: float) -> None:
         args = self.args
         self._grad_norm: float | None = None
         if args.max_grad_norm and args.max_grad_norm > 0:
@@ -260,7 +259,7 @@ class AdaptiveTrainer(Trainer):
         self.state.epoch = epoch
         self.control = self.callback_handler.on_step_end(args, self.state, self.control)
 
-    def _after_step(self, model: AdaptiveDataParallel, window: Accumulator) -> None:
+    def _adl_after_step(self, model: AdaptiveDataParallel, window: Accumulator) -> None:
         """Log, evaluate and save as the callbacks asked (collective: every rank runs it)."""
         if self.control.should_log:
             with window.synchronized():

@@ -123,7 +123,7 @@ class AdaptiveStrategy(DDPStrategy):
 
     def setup_distributed(self) -> None:
         # adl's init_process_group made the group (and its control groups) already
-        rank_zero_only.rank = self._adl.rank
+        rank_zero_only.rank = self._adl.rank  # type: ignore[attr-defined]
 
     def setup(self, trainer: pl.Trainer) -> None:
         assert self.accelerator is not None and self.model is not None
@@ -165,6 +165,7 @@ class AdaptiveStrategy(DDPStrategy):
         # Lightning hands the closure (forward and backward) to optimizer.step, which would run
         # it inside adl's step wrapper, after adl has read the gradients: run it first.
         module = model if isinstance(model, pl.LightningModule) else self.lightning_module
+        assert module is not None
         wrapped = functools.partial(self.precision_plugin._wrap_closure, module, optimizer, closure)
         wrapped()
         return optimizer.step(**kwargs)
@@ -256,7 +257,8 @@ def _restore(trainer: pl.Trainer, saved: Mapping[str, int]) -> None:
     epoch = saved["epoch"]
     progress = trainer.fit_loop.epoch_progress
     for counter in (progress.total, progress.current):
-        counter.ready = counter.started = counter.processed = counter.completed = epoch
+        counter.ready = counter.completed = epoch
+        counter.started = counter.processed = epoch  # type: ignore[attr-defined]
     loop = trainer.fit_loop.epoch_loop
     step = loop.automatic_optimization.optim_progress.optimizer.step
     step.total.ready = step.total.completed = saved["optimizer_steps"]
