@@ -308,18 +308,19 @@ def lower_bound(
     span = np.array([max(8.0 * j.alone_s, 3600.0) for j in jobs])
     release = np.array([j.release_s for j in jobs])
     t0 = time.perf_counter()
+    submit = np.array([j.submit_s for j in jobs], dtype=np.float64)
     rounds, best = 0, 0.0
     while True:
         rounds += 1
         horizons = np.ceil((release + span) / slot_s) * slot_s
         ends, left, nvar, ncon = _solve(jobs, slot_s, horizons, cluster.gpus)
         full = left > 1e-7
-        gain, best = float(np.mean(ends)) - best, float(np.mean(ends))
+        avg = float(np.mean(ends - submit))
+        gain, best = avg - best, avg
         # Every round is a valid bound; stop once longer horizons stop paying.
         if not full.any() or rounds >= max_rounds or (rounds > 1 and gain < 1e-3 * best):
             break
         span = np.where(full, span * 2.0, span)
-    submit = np.array([j.submit_s for j in jobs], dtype=np.float64)
     return BoundResult(
         avg_jct_s=float(np.mean(ends - submit)),
         alone_avg_jct_s=float(np.mean([j.earliest_s - j.submit_s for j in jobs])),
