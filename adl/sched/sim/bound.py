@@ -237,7 +237,7 @@ def _solve(
             mine.append(int(last[0]))
             n, segs = len(slots), len(cur.slopes)
             # hull: U x_t - a_l Delta s_t <= b_l L_t, one row per (segment, slot)
-            row = np.tile(np.arange(n), segs)
+            row = np.arange(n * segs)
             lp.add(
                 np.concatenate([row, row]),
                 np.concatenate([np.tile(work, segs), np.tile(share, segs)]),
