@@ -194,8 +194,9 @@ class _Program:
         self.ncols += count
         return np.arange(first, first + count, dtype=np.int64)
 
-    def add(self, row_of: NDArray[np.int64], cols: NDArray[np.int64], vals: FloatArray,
-            rhs: FloatArray) -> None:
+    def add(
+        self, row_of: NDArray[np.int64], cols: NDArray[np.int64], vals: FloatArray, rhs: FloatArray
+    ) -> None:
         """Rows ``nrows + row_of`` (``row_of`` indexes ``rhs``) with these entries."""
         self.rows.append(self.nrows + row_of.astype(np.float64))
         self.cols.append(cols.astype(np.float64))
@@ -207,7 +208,10 @@ class _Program:
         return scipy.sparse.csr_array(
             (
                 np.concatenate(self.vals),
-                (np.concatenate(self.rows).astype(np.int64), np.concatenate(self.cols).astype(np.int64)),
+                (
+                    np.concatenate(self.rows).astype(np.int64),
+                    np.concatenate(self.cols).astype(np.int64),
+                ),
             ),
             shape=(self.nrows, self.ncols),
         )

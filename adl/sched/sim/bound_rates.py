@@ -24,6 +24,7 @@ epoch at ``k`` GPUs in these units, and its concave hull is what the LP uses.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -102,7 +103,7 @@ def concave_hull(values: FloatArray) -> tuple[FloatArray, FloatArray]:
             else:
                 break
         hull.append(k)
-    slopes = [(y[b] - y[a]) / (b - a) for a, b in zip(hull[:-1], hull[1:], strict=True)]
+    slopes = [(y[b] - y[a]) / (b - a) for a, b in itertools.pairwise(hull)]
     intercepts = [y[a] - s * a for a, s in zip(hull[:-1], slopes, strict=True)]
     slopes.append(0.0)
     intercepts.append(float(y[top]))
@@ -114,9 +115,7 @@ def _placements(app: AppTrace, k: int, gpus_per_node: int, num_nodes: int) -> li
     measured placements (canonical tuples)."""
     out: list[object] = list(range(math.ceil(k / gpus_per_node), min(k, num_nodes) + 1))
     out += [
-        p
-        for p in app.curves
-        if sum(p) == k and max(p) <= gpus_per_node and len(p) <= num_nodes
+        p for p in app.curves if sum(p) == k and max(p) <= gpus_per_node and len(p) <= num_nodes
     ]
     return out
 
@@ -162,9 +161,7 @@ def min_step_times(
     top = max([app.max_batch_size] + [k * m * (s + 1) for m, s in splits])
     best = np.full(top + 1, np.inf)
     sources = _placements(app, k, gpus_per_node, num_nodes)
-    micro = (
-        np.empty(0) if fixed else np.arange(1, app.max_local_bsz + 1, dtype=np.float64)
-    )
+    micro = np.empty(0) if fixed else np.arange(1, app.max_local_bsz + 1, dtype=np.float64)
     for source in sources:
         if len(micro):
             step, sync = _step_sync(app, k, source, micro)
@@ -210,7 +207,9 @@ def rate_envelope(
     """The :class:`RateEnvelope` of ``app`` on ``1 .. kmax`` GPUs (see the module docstring)."""
     fixed = tuple(fixed_batches)
     steps = [
-        min_step_times(app, k, gpus_per_node=gpus_per_node, num_nodes=num_nodes, fixed_batches=fixed)
+        min_step_times(
+            app, k, gpus_per_node=gpus_per_node, num_nodes=num_nodes, fixed_batches=fixed
+        )
         for k in range(1, kmax + 1)
     ]
     gain = gains(app, max(len(b) for b in steps) - 1)
