@@ -196,6 +196,46 @@ class AppTrace:
         gain = (var + sqr) / denom if denom > 0 else 1.0
         return float(gain / (step + accum_steps * (step - sync)))
 
+    def step_sync_times(
+        self, placement: Sequence[int], local_bszs: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """:meth:`step_sync_time` of one placement at many micro-batches at once (the same
+        rules, vectorized: offline analyses sweep every micro-batch of every placement)."""
+        canon = canonical_placement(placement)
+        if not canon:
+            raise ValueError("empty placement has no step time")
+        m = np.asarray(local_bszs, dtype=np.float64)
+        step, sync = self.interpolated_step_sync(len(canon), sum(canon), m)
+        curve = self.curves.get(canon)
+        if curve is not None:
+            inside = (curve.local_bsz[0] <= m) & (m <= curve.local_bsz[-1])
+            step = np.where(inside, np.interp(m, curve.local_bsz, curve.step), step)
+            sync = np.where(inside, np.interp(m, curve.local_bsz, curve.sync), sync)
+        return step, sync
+
+    def interpolated_step_sync(
+        self, nodes: int, replicas: int, local_bszs: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """(step, sync) arrays of the README's fallback for placements not measured at that
+        micro-batch: linear over (nodes, replicas, micro-batch), else the nearest point."""
+        m = np.asarray(local_bszs, dtype=np.float64)
+        points = np.column_stack(
+            [
+                np.full(m.shape, float(min(nodes, MAX_INTERP_NODES))),
+                np.full(m.shape, float(replicas)),
+                m,
+            ]
+        )
+        if self._nd is None:
+            self._nd = LinearNDInterpolator(self.nd_points, self.nd_values)
+        val = np.asarray(self._nd(points), dtype=np.float64)
+        outside = ~np.all(np.isfinite(val), axis=1)
+        if outside.any():
+            if self._nearest is None:
+                self._nearest = NearestNDInterpolator(self.nd_points, self.nd_values)
+            val[outside] = np.asarray(self._nearest(points[outside]), dtype=np.float64)
+        return val[:, 0], val[:, 1]
+
     def _lookup(self, canon: tuple[int, ...], m: float) -> tuple[float, float]:
         curve = self.curves.get(canon)
         if curve is not None and curve.local_bsz[0] <= m <= curve.local_bsz[-1]:
