@@ -12,6 +12,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
+from cluster_procs import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -65,6 +66,14 @@ class StaticNodes:
             self.core.patch_node_status(name, {"status": _status(gpus, self.gpu_resource)})
             self._renew_lease(name)
         self._thread.start()
+        # A new node carries the not-ready taint (TaintNodesByCondition admission) until the
+        # node lifecycle controller sees it Ready: until then no scheduler counts it.
+        for name in self.gpus:
+            wait_for(
+                lambda name=name: not self.core.read_node(name).spec.taints,
+                timeout=60,
+                what=f"node {name} untainted",
+            )
         return self
 
     def _renew_lease(self, name: str) -> None:
