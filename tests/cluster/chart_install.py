@@ -155,16 +155,33 @@ def uninstall(api: client.ApiClient, installation: Installation) -> None:
             _resource(dyn, obj).delete(name=meta["name"], namespace=meta.get("namespace"))
 
 
-def service_account_token(api: client.ApiClient, installation: Installation) -> str:
-    """A token of the chart's ServiceAccount from the TokenRequest API (what the kubelet would
-    mount into the operator pod)."""
+def service_account_token(api: client.ApiClient, namespace: str, account: str) -> str:
+    """A token of a ServiceAccount from the TokenRequest API (what the kubelet would mount into
+    a pod running as it)."""
     request = client.AuthenticationV1TokenRequest(
         spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=TOKEN_SECONDS)
     )
     try:
         out = client.CoreV1Api(api).create_namespaced_service_account_token(
-            installation.service_account, installation.namespace, request
+            account, namespace, request
         )
     except ApiException as exc:
-        raise RuntimeError(f"TokenRequest for {installation.username}: {exc}") from exc
+        raise RuntimeError(f"TokenRequest for {namespace}/{account}: {exc}") from exc
     return str(out.status.token)
+
+
+def token_kubeconfig(
+    api: client.ApiClient,
+    namespace: str,
+    account: str,
+    path: Path,
+    *,
+    server: str,
+    ca_file: Path,
+) -> Path:
+    """A kubeconfig authenticating as the ServiceAccount ``namespace/account`` by its token."""
+    from controlplane import write_kubeconfig
+
+    token = service_account_token(api, namespace, account)
+    user = f"system:serviceaccount:{namespace}:{account}"
+    return write_kubeconfig(path, server, ca_file, user=user, token=token)

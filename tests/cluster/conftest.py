@@ -14,6 +14,7 @@ Fixture API (other suites build on these names):
 - ``start_operator(installation, *, name=..., extra_args=(), env=None)``: an
   :class:`OperatorProcess` started with a TokenRequest token of the chart's ServiceAccount
   (not waited for); every one is stopped after the test.
+- ``as_service_account(namespace, account)``: a client with that ServiceAccount's token.
 - ``operator``: one operator of ``installed_chart``, ready.
 """
 
@@ -26,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_install import Installation, install, service_account_token, uninstall
-from controlplane import ControlPlane, find_assets, pinned_versions, write_kubeconfig
+from chart_install import Installation, install, token_kubeconfig, uninstall
+from controlplane import ControlPlane, find_assets, pinned_versions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import OperatorProcess
@@ -148,12 +149,13 @@ def start_operator(
         env: dict[str, str] | None = None,
     ) -> OperatorProcess:
         name = name or f"operator-{len(started) + 1}"
-        kubeconfig = write_kubeconfig(
+        kubeconfig = token_kubeconfig(
+            admin_api,
+            installation.namespace,
+            installation.service_account,
             tmp_path / f"{name}.kubeconfig",
-            control_plane.server,
-            control_plane.ca_file,
-            user=installation.username,
-            token=service_account_token(admin_api, installation),
+            server=control_plane.server,
+            ca_file=control_plane.ca_file,
         )
         proc = OperatorProcess(
             installation, kubeconfig, tmp_path, name=name, extra_args=extra_args, env=env
@@ -164,6 +166,27 @@ def start_operator(
     yield _start
     for proc in reversed(started):
         proc.stop()
+
+
+@pytest.fixture
+def as_service_account(
+    control_plane: ControlPlane, admin_api: client.ApiClient, tmp_path: Path
+) -> Callable[..., client.ApiClient]:
+    """``as_service_account(namespace, account)``: a client authenticated by that account's
+    TokenRequest token (the real authorizer decides what it may do)."""
+
+    def _client(namespace: str, account: str) -> client.ApiClient:
+        path = token_kubeconfig(
+            admin_api,
+            namespace,
+            account,
+            tmp_path / f"sa-{namespace}-{account}.kubeconfig",
+            server=control_plane.server,
+            ca_file=control_plane.ca_file,
+        )
+        return control_plane.api_client(path)
+
+    return _client
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from chart_install import Installation
+from cluster_jobs import SCOPES, job_manifest
 from cluster_procs import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -14,22 +15,6 @@ from operator_process import OperatorProcess
 from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
-
-SCOPES = ["cluster", "namespaced"]
-
-
-def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
-    container = {"name": "trainer", "image": "registry.example/t:1", "command": ["python", "t.py"]}
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "AdaptiveJob",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {"spec": {"containers": [container]}},
-            "checkpoint": {"storageClass": "standard"},
-            **spec,
-        },
-    }
 
 
 @pytest.mark.parametrize("installed_chart", SCOPES, indirect=True)
