@@ -68,6 +68,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "spec.terminationGracePeriodSeconds: Invalid value: 0",
     ),
     ("gpus-above", {"gpusPerReplica": 17}, "spec.gpusPerReplica: Invalid value: 17"),
+    # found here: the API server refuses a claim of this size only when the operator makes it
+    ("size-not-a-quantity", {"checkpoint": {"size": "lots"}}, "spec.checkpoint.size"),
+    ("size-negative", {"checkpoint": {"size": "-1Gi"}}, "spec.checkpoint.size"),
+    # found here: "" passed pydantic's "not both" check but not the CRD's has()
+    (
+        "empty-claim-with-class",
+        {"checkpoint": {"claimName": "", "storageClass": "fast"}},
+        "spec.checkpoint.claimName",
+    ),
+    ("empty-class", {"checkpoint": {"storageClass": ""}}, "spec.checkpoint.storageClass"),
 ]
 
 
