@@ -40,13 +40,20 @@ SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 STARTUP_TIMEOUT_S = 120.0
 
 #: Audit only what service accounts outside kube-system do (the operator under test): the
-#: controllers' own traffic would dwarf it.
+#: controllers' own traffic would dwarf it. Writes to AdaptiveJobs keep their bodies.
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
     "omitStages": ["RequestReceived"],
     "rules": [
         {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+        # what an operator writes to its jobs and what the API server kept of it
+        {
+            "level": "RequestResponse",
+            "userGroups": ["system:serviceaccounts"],
+            "verbs": ["create", "update", "patch"],
+            "resources": [{"group": "adl.dev"}],
+        },
         {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
         {"level": "None"},
     ],

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from chart_install import Installation
-from cluster_jobs import SCOPES, job_manifest
+from cluster_jobs import SCOPES, job_manifest, run_a_job
 from cluster_procs import wait_for
+from controlplane import ControlPlane
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import OperatorProcess
@@ -107,3 +108,56 @@ def test_job_outside_the_watched_namespaces_is_left_alone(
     assert not other.get("status"), other
     with pytest.raises(ApiException):
         client.CoreV1Api(admin_api).read_namespaced_secret("elsewhere-adl-token", namespace)
+
+
+def missing(sent: Any, kept: Any, path: str = "") -> list[str]:
+    """Paths of the values in ``sent`` (a merge patch: nulls delete) that ``kept`` lacks."""
+    if isinstance(sent, dict):
+        if not isinstance(kept, dict):
+            return [path or "."]
+        out = []
+        for key, value in sent.items():
+            if value is None:
+                continue
+            if key not in kept:
+                out.append(f"{path}.{key}")
+            else:
+                out += missing(value, kept[key], f"{path}.{key}")
+        return out
+    if isinstance(sent, list) and isinstance(kept, list) and len(sent) == len(kept):
+        pairs = enumerate(zip(sent, kept, strict=True))
+        return [m for i, (a, b) in pairs for m in missing(a, b, f"{path}[{i}]")]
+    return []
+
+
+def test_what_the_operator_writes_is_kept(
+    installed_chart: Installation,
+    operator: OperatorProcess,
+    control_plane: ControlPlane,
+    admin_api: client.ApiClient,
+    namespace: str,
+) -> None:
+    """The structural schema prunes fields it does not know, silently (kmock keeps them): every
+    field the operator (and kopf within it) writes to a job must survive the write."""
+    run_a_job(admin_api, namespace, operator)
+    writes = [
+        e
+        for e in control_plane.audit_events(installed_chart.username)
+        if (e.get("objectRef") or {}).get("resource") == PLURAL
+        and e["verb"] in ("patch", "update")
+        and e.get("responseStatus", {}).get("code") == 200
+    ]
+    on_status = [e for e in writes if e["objectRef"].get("subresource") == "status"]
+    assert on_status, "the audit log holds no status write of the operator"
+    assert all(e.get("requestObject", {}).get("status") for e in on_status), "bodies not audited"
+    lost: set[str] = set()
+    for event in writes:
+        sent, kept = event.get("requestObject") or {}, event.get("responseObject") or {}
+        # a write through /status changes only status, one through the object everything else
+        through_status = event["objectRef"].get("subresource") == "status"
+        parts = ["status"] if through_status else ["metadata", "spec"]
+        for part in parts:
+            lost |= {f"{part}{p}" for p in missing(sent.get(part), kept.get(part))}
+        if not through_status and sent.get("status"):
+            lost.add("status (written through the object, not /status)")
+    assert sorted(lost) == [], "fields the API server dropped from the operator's writes"
