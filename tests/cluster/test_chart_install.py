@@ -1,0 +1,163 @@
+"""The chart installed on the real API server, and the operator it describes running as the
+chart's ServiceAccount: an AdaptiveJob becomes its pods, Service, token Secret and claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from chart_install import Installation
+from cluster_jobs import SCOPES, job_manifest, run_a_job
+from cluster_procs import wait_for
+from controlplane import ControlPlane
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from operator_process import OperatorProcess
+from static_node import StaticNodes
+
+from adl.operator.crd import GROUP, PLURAL, VERSION
+
+
+@pytest.mark.parametrize("installed_chart", SCOPES, indirect=True)
+def test_every_rendered_object_is_accepted(
+    installed_chart: Installation, admin_api: client.ApiClient
+) -> None:
+    """Everything the chart renders exists on the API server as rendered (nothing refused)."""
+    kinds = {o["kind"] for o in installed_chart.objects}
+    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"} <= kinds
+    if installed_chart.namespaced:
+        assert {"Role", "RoleBinding", "KopfPeering"} <= kinds
+    else:
+        assert "ClusterKopfPeering" in kinds
+    rbac = client.RbacAuthorizationV1Api(admin_api)
+    for obj in installed_chart.objects:
+        if obj["kind"] == "ClusterRole":
+            stored = rbac.read_cluster_role(obj["metadata"]["name"])
+            assert len(stored.rules) == len(obj["rules"])
+    sa = client.CoreV1Api(admin_api).read_namespaced_service_account(
+        installed_chart.service_account, installed_chart.namespace
+    )
+    assert sa.metadata.name == installed_chart.service_account
+
+
+def owned_by(obj: Any, uid: str) -> bool:
+    return any(ref.uid == uid for ref in obj.metadata.owner_references or [])
+
+
+@pytest.mark.parametrize("installed_chart", SCOPES, indirect=True)
+def test_operator_creates_a_jobs_objects(
+    installed_chart: Installation,
+    operator: OperatorProcess,
+    admin_api: client.ApiClient,
+    namespace: str,
+) -> None:
+    core = client.CoreV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    with StaticNodes(admin_api, {f"gpu-{namespace}": 4}):
+        job = custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, job_manifest("first", maxReplicas=2)
+        )
+        uid = job["metadata"]["uid"]
+
+        def pods() -> list[Any]:
+            items = core.list_namespaced_pod(namespace, label_selector="adl.dev/job=first").items
+            return [p for p in items if owned_by(p, uid)]
+
+        created = wait_for(pods, timeout=60, what="the job's pods", details=operator.tail)
+        service = core.read_namespaced_service("first", namespace)
+        assert owned_by(service, uid) and service.spec.cluster_ip == "None"
+        secret = core.read_namespaced_secret("first-adl-token", namespace)
+        assert owned_by(secret, uid) and secret.data
+        claims = core.list_namespaced_persistent_volume_claim(namespace).items
+        assert [c for c in claims if owned_by(c, uid)], claims
+        # no kubelet: the pods are created and stay Pending
+        assert {p.status.phase for p in created} == {"Pending"}
+    status = custom.get_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "first")
+    assert status.get("status", {}).get("phase"), status
+    assert operator.alive(), operator.tail()
+    assert "403" not in operator.log_text(), operator.tail()
+
+
+def test_job_outside_the_watched_namespaces_is_left_alone(
+    install_chart: Any,
+    start_operator: Any,
+    admin_api: client.ApiClient,
+    namespace: str,
+) -> None:
+    """A namespaced operator watches only its namespaces: a job elsewhere gets no status."""
+    installation = install_chart({"namespaced": True, "watchNamespaces": []})
+    op = start_operator(installation).wait_ready()
+    custom = client.CustomObjectsApi(admin_api)
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, job_manifest("elsewhere")
+    )
+    # the operator's own namespace gets a job too: once that one has a status, the operator
+    # has been running long enough to have touched the other
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, installation.namespace, PLURAL, job_manifest("home")
+    )
+
+    def home_status() -> Any:
+        body = custom.get_namespaced_custom_object(
+            GROUP, VERSION, installation.namespace, PLURAL, "home"
+        )
+        return (body.get("status") or {}).get("phase")
+
+    wait_for(home_status, timeout=60, what="a status on the watched job", details=op.tail)
+    other = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "elsewhere")
+    assert not other.get("status"), other
+    with pytest.raises(ApiException):
+        client.CoreV1Api(admin_api).read_namespaced_secret("elsewhere-adl-token", namespace)
+
+
+def missing(sent: Any, kept: Any, path: str = "") -> list[str]:
+    """Paths of the values in ``sent`` (a merge patch: nulls delete) that ``kept`` lacks."""
+    if isinstance(sent, dict):
+        if not isinstance(kept, dict):
+            return [path or "."]
+        out = []
+        for key, value in sent.items():
+            if value is None:
+                continue
+            if key not in kept:
+                out.append(f"{path}.{key}")
+            else:
+                out += missing(value, kept[key], f"{path}.{key}")
+        return out
+    if isinstance(sent, list) and isinstance(kept, list) and len(sent) == len(kept):
+        pairs = enumerate(zip(sent, kept, strict=True))
+        return [m for i, (a, b) in pairs for m in missing(a, b, f"{path}[{i}]")]
+    return []
+
+
+def test_what_the_operator_writes_is_kept(
+    installed_chart: Installation,
+    operator: OperatorProcess,
+    control_plane: ControlPlane,
+    admin_api: client.ApiClient,
+    namespace: str,
+) -> None:
+    """The structural schema prunes fields it does not know, silently (kmock keeps them): every
+    field the operator (and kopf within it) writes to a job must survive the write."""
+    run_a_job(admin_api, namespace, operator)
+    writes = [
+        e
+        for e in control_plane.audit_events(installed_chart.username)
+        if (e.get("objectRef") or {}).get("resource") == PLURAL
+        and e["verb"] in ("patch", "update")
+        and e.get("responseStatus", {}).get("code") == 200
+    ]
+    on_status = [e for e in writes if e["objectRef"].get("subresource") == "status"]
+    assert on_status, "the audit log holds no status write of the operator"
+    assert all(e.get("requestObject", {}).get("status") for e in on_status), "bodies not audited"
+    lost: set[str] = set()
+    for event in writes:
+        sent, kept = event.get("requestObject") or {}, event.get("responseObject") or {}
+        # a write through /status changes only status, one through the object everything else
+        through_status = event["objectRef"].get("subresource") == "status"
+        parts = ["status"] if through_status else ["metadata", "spec"]
+        for part in parts:
+            lost |= {f"{part}{p}" for p in missing(sent.get(part), kept.get(part))}
+        if not through_status and sent.get("status"):
+            lost.add("status (written through the object, not /status)")
+    assert sorted(lost) == [], "fields the API server dropped from the operator's writes"

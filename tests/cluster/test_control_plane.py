@@ -1,0 +1,60 @@
+"""The harness itself: the pinned control plane is up, authorizes with RBAC, and its controllers
+(service accounts, garbage collection, namespace lifecycle) work."""
+
+from __future__ import annotations
+
+import pytest
+from cluster_procs import wait_for
+from controlplane import ControlPlane, pinned_versions
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+
+def test_runs_the_pinned_version(control_plane: ControlPlane) -> None:
+    assert control_plane.version == pinned_versions()["K8S_VERSION"]
+    assert all(p.alive() for p in control_plane.processes), control_plane.details()
+
+
+def test_rbac_denies_a_user_without_bindings(control_plane: ControlPlane, namespace: str) -> None:
+    nobody = control_plane.api_client(control_plane.client_kubeconfig("nobody"))
+    with pytest.raises(ApiException) as err:
+        client.CoreV1Api(nobody).list_namespaced_secret(namespace)
+    assert err.value.status == 403
+    # the same call as the admin (system:masters) is allowed
+    client.CoreV1Api(control_plane.api_client()).list_namespaced_secret(namespace)
+
+
+def test_new_namespace_gets_its_service_account_and_root_ca(
+    admin_api: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(admin_api)
+    assert core.read_namespaced_service_account("default", namespace).metadata.name == "default"
+    # the root-ca-cert-publisher controller (its own service-account credentials) at work
+    ca = wait_for(
+        lambda: core.read_namespaced_config_map("kube-root-ca.crt", namespace),
+        timeout=30,
+        what="kube-root-ca.crt",
+    )
+    assert "BEGIN CERTIFICATE" in ca.data["ca.crt"]
+
+
+def test_garbage_collector_deletes_dependents(admin_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(admin_api)
+    owner = core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner"))
+    )
+    ref = client.V1OwnerReference(
+        api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid
+    )
+    meta = client.V1ObjectMeta(name="dependent", owner_references=[ref])
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=meta))
+    core.delete_namespaced_config_map("owner", namespace)
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_config_map("dependent", namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, timeout=60, what="the garbage collector deleting the dependent")

@@ -1,0 +1,145 @@
+"""Scenario 7: the chart's RBAC under the real authorizer, cluster-wide and namespaced.
+
+- Every request the operator makes (from the API server's audit log) is allowed, and every
+  grant of ``adl.operator.permissions`` is used by a job's life (create, suspend, delete).
+- The ServiceAccount may do exactly what ``adl.operator.permissions`` declares, nothing more:
+  its rules as the authorizer reports them (SelfSubjectRulesReview) minus what any account
+  gets, in a watched namespace and in another one.
+
+The kmock suite (tests/integration/test_operator_rbac.py) compares the same declarations with
+the rendered rules; here the API server decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from chart_install import Installation
+from cluster_jobs import SCOPES, run_a_job
+from controlplane import ControlPlane
+from kubernetes import client
+from operator_process import OperatorProcess
+
+from adl.operator import permissions as perms
+from adl.operator.crd import GROUP, PLURAL
+
+Triple = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
+
+
+def triples(permissions: frozenset[perms.Permission]) -> set[Triple]:
+    return {(p.group, p.resource, p.verb) for p in permissions}
+
+
+def audited_calls(events: list[dict[str, Any]]) -> list[tuple[Triple, str | None, int]]:
+    """(call, namespace, response code) of every audited resource request."""
+    calls = []
+    for event in events:
+        ref = event.get("objectRef")
+        if not ref:  # discovery and other non-resource URLs: open to every user
+            continue
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        code = int(event.get("responseStatus", {}).get("code", 0))
+        calls.append(
+            ((ref.get("apiGroup", ""), resource, event["verb"]), ref.get("namespace"), code)
+        )
+    return calls
+
+
+@pytest.mark.parametrize("installed_chart", SCOPES, indirect=True)
+def test_every_call_is_allowed_and_every_grant_used(
+    installed_chart: Installation,
+    operator: OperatorProcess,
+    control_plane: ControlPlane,
+    admin_api: client.ApiClient,
+    namespace: str,
+) -> None:
+    run_a_job(admin_api, namespace, operator)
+    operator.stop()
+    calls = audited_calls(control_plane.audit_events(installed_chart.username))
+    assert calls, "the audit log recorded nothing of the operator"
+    denied = sorted({f"{c} in {ns or 'the cluster'}" for c, ns, code in calls if code == 403})
+    assert denied == [], f"the authorizer refused the operator: {denied}\n{operator.tail()}"
+    if installed_chart.namespaced:
+        watched = set(installed_chart.watch_namespaces)
+        outside = sorted({f"{c} in {ns}" for c, ns, _ in calls if ns and ns not in watched})
+        assert outside == [], f"namespaced operator reached outside {watched}: {outside}"
+    granted = triples(perms.required(namespaced=installed_chart.namespaced, peering=True))
+    # checked by the API server inside a create (an ownerReference that blocks its owner's
+    # deletion), never a request of its own; the next test shows it is granted
+    implicit = {(GROUP, f"{PLURAL}/finalizers", "update")}
+    unused = sorted(granted - implicit - {c for c, _, _ in calls})
+    assert unused == [], f"granted but never used by a job's life: {unused}"
+
+
+def effective_rules(api: client.ApiClient, namespace: str) -> set[Triple]:
+    """What the authorizer lets this client do in ``namespace`` (cluster grants included)."""
+    review = client.V1SelfSubjectRulesReview(
+        spec=client.V1SelfSubjectRulesReviewSpec(namespace=namespace)
+    )
+    out = client.AuthorizationV1Api(api).create_self_subject_rules_review(review)
+    assert not out.status.incomplete, out.status.evaluation_error
+    rules: set[Triple] = set()
+    for rule in out.status.resource_rules:
+        assert not rule.resource_names, f"unexpected per-name rule: {rule}"
+        for group in rule.api_groups or []:
+            for resource in rule.resources or []:
+                rules |= {(group, resource, verb) for verb in rule.verbs}
+    return rules
+
+
+@pytest.mark.parametrize("installed_chart", SCOPES, indirect=True)
+def test_nothing_more_is_granted(
+    installed_chart: Installation,
+    as_service_account: Callable[..., client.ApiClient],
+    admin_api: client.ApiClient,
+    namespace: str,
+) -> None:
+    operator_api = as_service_account(installed_chart.namespace, installed_chart.service_account)
+    # what every authenticated account may do (self reviews, discovery): not the chart's grant
+    baseline_api = as_service_account(installed_chart.namespace, "default")
+    elsewhere = client.CoreV1Api(admin_api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(generate_name="elsewhere-"))
+    )
+    other = elsewhere.metadata.name
+    try:
+        for ns, watched in ((namespace, True), (other, False)):
+            granted = effective_rules(operator_api, ns) - effective_rules(baseline_api, ns)
+            if installed_chart.namespaced and not watched:
+                expected = triples(perms.CLUSTER_PERMISSIONS)
+            else:
+                expected = triples(
+                    perms.required(namespaced=installed_chart.namespaced, peering=True)
+                )
+            extra, missing = sorted(granted - expected), sorted(expected - granted)
+            assert granted == expected, f"in {ns}: extra {extra}, missing {missing}"
+        # and the authorizer answers a few questions directly, as the ServiceAccount
+        assert allowed(operator_api, namespace, "", "secrets", "get")
+        assert not allowed(operator_api, namespace, "", "secrets", "list")
+        # a namespaced install reaches no Secret outside its namespaces
+        assert allowed(operator_api, other, "", "secrets", "get") == (
+            not installed_chart.namespaced
+        )
+        assert not allowed(
+            operator_api, None, "rbac.authorization.k8s.io", "clusterroles", "create"
+        )
+        assert not allowed(operator_api, namespace, GROUP, PLURAL, "delete")
+        assert allowed(operator_api, namespace, GROUP, f"{PLURAL}/finalizers", "update")
+    finally:
+        client.CoreV1Api(admin_api).delete_namespace(other)
+
+
+def allowed(
+    api: client.ApiClient, namespace: str | None, group: str, resource: str, verb: str
+) -> bool:
+    name, _, sub = resource.partition("/")
+    attrs = client.V1ResourceAttributes(
+        namespace=namespace, group=group, resource=name, subresource=sub or None, verb=verb
+    )
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attrs)
+    )
+    return bool(
+        client.AuthorizationV1Api(api).create_self_subject_access_review(review).status.allowed
+    )
