@@ -8,18 +8,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("adl.tests.nodes")
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40
+NOT_READY = "node.kubernetes.io/not-ready"
 GPU = "nvidia.com/gpu"
 #: what every fake node offers beside its slots: enough that only the slots ever bind
 BASE_CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
@@ -137,6 +139,25 @@ class NodeKeeper:
             self.core.patch_node_status(spec.name, {"status": body["status"]})
             self._renew(spec, now)
         self.thread.start()
+        self._wait_untainted()
+
+    def _wait_untainted(self, timeout: float = 60.0) -> None:
+        """A new Node carries ``node.kubernetes.io/not-ready`` until the node lifecycle
+        controller has seen it Ready; the operator (rightly) leaves tainted nodes out."""
+        deadline = time.monotonic() + timeout
+        pending = {spec.name for spec in self.nodes}
+        while pending:
+            watcher = watch.Watch()
+            for ev in watcher.stream(self.core.list_node, timeout_seconds=5):
+                node = ev["object"]
+                taints = node.spec.taints or []
+                if not any(t.key == NOT_READY for t in taints):
+                    pending.discard(node.metadata.name)
+                if not pending:
+                    watcher.stop()
+                    break
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"nodes {sorted(pending)} still tainted {NOT_READY}")
 
     def _renew(self, spec: NodeSpec, now: datetime) -> None:
         node = self.core.read_node(spec.name)

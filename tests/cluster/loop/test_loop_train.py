@@ -1,0 +1,108 @@
+"""Scenario 2: ``adl submit --backend k8s -f`` of ``examples/synthetic.yaml`` (a longer and a
+higher-priority variant) on the real control plane. kube-scheduler binds the worker pods to the
+process kubelet's nodes; the workers train (CPU, gloo across pod network namespaces) and report
+hints to the operator's API; the adl scheduler grows the job across both nodes, shrinks it when
+a second job arrives, and both Succeed. Every resize resumes exactly: the epochs printed by the
+job's successive groups are each epoch once, in order, with every sample of every epoch seen
+once (what an uninterrupted run prints)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from chart_install import ROOT
+from kubelet import ProcessKubelet
+from loop_support import Jobs, Operators
+
+EXAMPLE = ROOT / "examples" / "synthetic.yaml"
+#: the example's dataset (its script's default size)
+SIZE = 4096
+#: the first job trains longer than the example, so that it still runs when the second comes
+EPOCHS = 40
+TIMEOUT_S = 300
+
+
+def variant(tmp: Path, name: str, *, epochs: int, **spec: Any) -> Path:
+    """The example manifest with another epoch count and ``spec`` fields."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    command = doc["spec"]["template"]["spec"]["containers"][0]["command"]
+    command[command.index("--epochs") + 1] = str(epochs)
+    doc["spec"].update(spec)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def epoch_records(kubelet: ProcessKubelet, namespace: str, job: str) -> list[tuple[int, Any]]:
+    """(group, record) of every epoch line rank 0 printed, group by group (the kubelet keeps
+    the output of pods the operator has since deleted)."""
+    out = []
+    for path in kubelet.logs_dir.glob(f"{namespace}_{job}-g*-0.log"):
+        group = int(path.stem.rsplit("-g", 1)[1].split("-")[0])
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{") and '"epoch"' in line:
+                out.append((group, json.loads(line)))
+    return sorted(out, key=lambda r: (r[0], r[1]["epoch"]))
+
+
+def test_a_job_grows_across_nodes_shrinks_for_another_and_both_succeed(
+    installed_chart: Any,
+    adl_operator: Operators,
+    kubelet: ProcessKubelet,
+    adl_cli: Any,
+    jobs: Jobs,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    nodes = sorted(kubelet.node_names)
+    adl_operator(installed_chart).wait_ready()
+
+    def details() -> str:
+        pods = {p.metadata.name: (p.spec.node_name, p.status.phase) for p in jobs.pods("grow")}
+        return f"{adl_operator.tails()}\njob: {jobs.status('grow')}\npods: {pods}"
+
+    adl_cli("submit", "grow", "-f", str(variant(tmp_path, "grow", epochs=EPOCHS)), "-n", namespace)
+    # grown: two replicas, one on each node, both pods running there
+    jobs.wait(
+        "the job grown across both nodes",
+        lambda: (
+            sorted(jobs.status("grow").get("allocation") or []) == nodes
+            and jobs.status("grow").get("readyReplicas") == 2
+        ),
+        TIMEOUT_S,
+        details,
+    )
+    grown = jobs.status("grow")
+    assert grown["hints"]["perfParams"], "grown on hints the workers reported"
+    placed = {p.spec.node_name for p in jobs.pods("grow") if p.status.phase == "Running"}
+    assert placed == set(nodes)
+
+    # a higher tier, one replica: the scheduler must take a GPU from the first job
+    late = variant(tmp_path, "late", epochs=5, priority=10, maxReplicas=1)
+    adl_cli("submit", "late", "-f", str(late), "-n", namespace)
+    jobs.wait(
+        "the first job shrunk to make room for the second",
+        lambda: (
+            len(jobs.status("grow").get("allocation") or []) == 1
+            and jobs.status("late").get("readyReplicas") == 1
+        ),
+        TIMEOUT_S,
+        details,
+    )
+    for job in ("grow", "late"):
+        jobs.wait(
+            f"{job} Succeeded",
+            lambda job=job: jobs.status(job).get("phase") == "Succeeded",
+            TIMEOUT_S,
+            details,
+        )
+    records = epoch_records(kubelet, namespace, "grow")
+    groups = sorted({g for g, _ in records})
+    assert len(groups) >= 3, f"grown and shrunk: at least three groups, got {groups}"
+    # exact resumption: each epoch printed once, in order, every sample seen once per epoch
+    assert [r["epoch"] for _, r in records] == list(range(EPOCHS)), records
+    assert [r["samples"] for _, r in records] == [SIZE * (e + 1) for e in range(EPOCHS)]
+    assert {r["world"] for _, r in records} >= {1, 2}
