@@ -3,11 +3,13 @@ bridge, and reads of a namespace's AdaptiveJobs, pods and pod logs."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chart_install import Installation, token_kubeconfig
+import yaml
+from chart_install import ROOT, Installation, token_kubeconfig
 from cluster_procs import wait_for
 from controlplane import ControlPlane
 from kubelet import ProcessKubelet
@@ -98,3 +100,34 @@ class Jobs:
 
     def log(self, pod: str) -> str:
         return self.kubelet.log(self.namespace, pod)
+
+
+EXAMPLE = ROOT / "examples" / "synthetic.yaml"
+#: the example's dataset (its script's default size)
+SIZE = 4096
+#: the first job trains longer than the example, so that it still runs when the second comes
+EPOCHS = 40
+TIMEOUT_S = 300
+
+
+def variant(tmp: Path, name: str, *, epochs: int, **spec: Any) -> Path:
+    """The example manifest with another epoch count and ``spec`` fields."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    command = doc["spec"]["template"]["spec"]["containers"][0]["command"]
+    command[command.index("--epochs") + 1] = str(epochs)
+    doc["spec"].update(spec)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def epoch_records(kubelet: ProcessKubelet, namespace: str, job: str) -> list[tuple[int, Any]]:
+    """(group, record) of every epoch line rank 0 printed, group by group (the kubelet keeps
+    the output of pods the operator has since deleted)."""
+    out = []
+    for path in kubelet.logs_dir.glob(f"{namespace}_{job}-g*-0.log"):
+        group = int(path.stem.rsplit("-g", 1)[1].split("-")[0])
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{") and '"epoch"' in line:
+                out.append((group, json.loads(line)))
+    return sorted(out, key=lambda r: (r[0], r[1]["epoch"]))

@@ -8,44 +8,11 @@ once (what an uninterrupted run prints)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-from chart_install import ROOT
 from kubelet import ProcessKubelet
-from loop_support import Jobs, Operators
-
-EXAMPLE = ROOT / "examples" / "synthetic.yaml"
-#: the example's dataset (its script's default size)
-SIZE = 4096
-#: the first job trains longer than the example, so that it still runs when the second comes
-EPOCHS = 40
-TIMEOUT_S = 300
-
-
-def variant(tmp: Path, name: str, *, epochs: int, **spec: Any) -> Path:
-    """The example manifest with another epoch count and ``spec`` fields."""
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    command = doc["spec"]["template"]["spec"]["containers"][0]["command"]
-    command[command.index("--epochs") + 1] = str(epochs)
-    doc["spec"].update(spec)
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def epoch_records(kubelet: ProcessKubelet, namespace: str, job: str) -> list[tuple[int, Any]]:
-    """(group, record) of every epoch line rank 0 printed, group by group (the kubelet keeps
-    the output of pods the operator has since deleted)."""
-    out = []
-    for path in kubelet.logs_dir.glob(f"{namespace}_{job}-g*-0.log"):
-        group = int(path.stem.rsplit("-g", 1)[1].split("-")[0])
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith("{") and '"epoch"' in line:
-                out.append((group, json.loads(line)))
-    return sorted(out, key=lambda r: (r[0], r[1]["epoch"]))
+from loop_support import EPOCHS, SIZE, TIMEOUT_S, Jobs, Operators, epoch_records, variant
 
 
 def test_a_job_grows_across_nodes_shrinks_for_another_and_both_succeed(
@@ -108,4 +75,3 @@ def test_a_job_grows_across_nodes_shrinks_for_another_and_both_succeed(
     # exact resumption: each epoch printed once, in order, every sample seen once per epoch
     assert [r["epoch"] for _, r in records] == list(range(EPOCHS)), records
     assert [r["samples"] for _, r in records] == [SIZE * (e + 1) for e in range(EPOCHS)]
-    assert records[-1][0] > records[0][0], "the last epochs ran in a later group"
