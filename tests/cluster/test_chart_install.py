@@ -178,3 +178,41 @@ def test_what_the_operator_writes_is_kept(
         if not through_status and sent.get("status"):
             lost.add("status (written through the object, not /status)")
     assert sorted(lost) == [], "fields the API server dropped from the operator's writes"
+
+
+#: chart values a user may set (tests/unit/charts renders more of them offline); each install
+#: must pass the real API server's validation and admission
+VARIANTS: dict[str, dict[str, Any]] = {
+    "standby": {"replicaCount": 2},  # PodDisruptionBudget, soft anti-affinity
+    "no-peering": {"peering": {"enabled": False}},
+    "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
+    "ceilings": {
+        "scheduler": {
+            "maxPriority": 0,
+            "allowNonPreemptible": False,
+            "namespacePolicies": {"team-a": {"maxPriority": 10}},
+        }
+    },
+    "metrics-from": {"networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]}},
+    "arbitrary-uid": {
+        "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
+    },
+    "digest": {"image": {"digest": "sha256:" + "0123456789abcdef" * 4}},
+    "extra-from": {"networkPolicy": {"extraFrom": [{"namespaceSelector": {}}]}},
+    "names": {"fullnameOverride": "adl-custom", "nameOverride": "adl-x"},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_chart_variant_is_accepted(
+    variant: str, install_chart: Any, admin_api: client.ApiClient, namespace: str
+) -> None:
+    values = {**VARIANTS[variant], "namespaced": True, "watchNamespaces": [namespace]}
+    installation = install_chart(values)
+    deployment = client.AppsV1Api(admin_api).read_namespaced_deployment(
+        installation.deployment["metadata"]["name"], installation.namespace
+    )
+    container = deployment.spec.template.spec.containers[0]
+    assert container.args == installation.operator_args
+    kinds = {o["kind"] for o in installation.objects}
+    assert ("PodDisruptionBudget" in kinds) == (variant == "standby")
