@@ -216,3 +216,70 @@ def test_chart_variant_is_accepted(
     assert container.args == installation.operator_args
     kinds = {o["kind"] for o in installation.objects}
     assert ("PodDisruptionBudget" in kinds) == (variant == "standby")
+
+
+def bound_claim(api: client.ApiClient, namespace: str, name: str) -> str:
+    """A PersistentVolumeClaim bound (by the real PV controller) to a hostPath volume made for
+    it: a checkpoint claim the scheduler can place a pod with."""
+    core = client.CoreV1Api(api)
+    volume = f"{namespace}-{name}"[:63]
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=volume),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "10Gi"},
+                access_modes=["ReadWriteMany"],
+                host_path=client.V1HostPathVolumeSource(path=f"/tmp/adl-cluster-tests/{volume}"),
+                storage_class_name="",
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=name),
+            ),
+        )
+    )
+    claim_spec = client.V1PersistentVolumeClaimSpec(
+        access_modes=["ReadWriteMany"],
+        resources=client.V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
+        storage_class_name="",
+        volume_name=volume,
+    )
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(metadata=client.V1ObjectMeta(name=name), spec=claim_spec),
+    )
+    wait_for(
+        lambda: (
+            core.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound"
+        ),
+        timeout=60,
+        what=f"claim {name} bound",
+    )
+    return name
+
+
+def test_scheduler_places_pods_on_the_allocated_nodes(
+    operator: OperatorProcess, admin_api: client.ApiClient, namespace: str
+) -> None:
+    """kube-scheduler binds each worker pod to the node the operator allocated (the operator
+    pins pods by node affinity, not spec.nodeName, so the scheduler still checks them)."""
+    core = client.CoreV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    claim = bound_claim(admin_api, namespace, "ckpt")
+    nodes = {f"a-{namespace}"[:63]: 2, f"b-{namespace}"[:63]: 2}
+    try:
+        with StaticNodes(admin_api, nodes):
+            body = job_manifest("placed", minReplicas=4, maxReplicas=4)
+            body["spec"]["checkpoint"] = {"claimName": claim}
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+            def placed() -> dict[str, str] | None:
+                pods = core.list_namespaced_pod(namespace, label_selector="adl.dev/job=placed")
+                bound = {p.metadata.name: p.spec.node_name for p in pods.items}
+                return bound if bound and all(bound.values()) else None
+
+            bound = wait_for(placed, timeout=90, what="the pods bound", details=operator.tail)
+            status = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "placed"
+            )["status"]
+            # one pod per node, each bound where the allocation put it
+            assert sorted(bound.values()) == sorted(set(status["allocation"])) == sorted(nodes)
+    finally:
+        core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
