@@ -270,16 +270,30 @@ def test_scheduler_places_pods_on_the_allocated_nodes(
             body["spec"]["checkpoint"] = {"claimName": claim}
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
+            def allocation() -> list[str]:
+                body = custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, "placed"
+                )
+                return list((body.get("status") or {}).get("allocation") or [])
+
+            nodes_used = set(
+                wait_for(
+                    lambda: len(allocation()) == 4 and allocation(),
+                    timeout=60,
+                    what="4 replicas allocated",
+                    details=operator.tail,
+                )
+            )
+
             def placed() -> dict[str, str] | None:
                 pods = core.list_namespaced_pod(namespace, label_selector="adl.dev/job=placed")
                 bound = {p.metadata.name: p.spec.node_name for p in pods.items}
-                return bound if bound and all(bound.values()) else None
+                # one pod per allocated node, once the operator has made them all
+                done = len(bound) == len(nodes_used) and all(bound.values())
+                return bound if done else None
 
             bound = wait_for(placed, timeout=90, what="the pods bound", details=operator.tail)
-            status = custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, "placed"
-            )["status"]
-            # one pod per node, each bound where the allocation put it
-            assert sorted(bound.values()) == sorted(set(status["allocation"])) == sorted(nodes)
+            # each bound where the allocation put it, spread over both nodes
+            assert sorted(bound.values()) == sorted(nodes_used) == sorted(nodes)
     finally:
         core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
