@@ -298,3 +298,53 @@ def test_scheduler_places_pods_on_the_allocated_nodes(
             assert sorted(bound.values()) == sorted(nodes_used) == sorted(nodes)
     finally:
         core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
+
+
+def test_a_refused_claim_is_the_jobs_reason_until_the_quota_allows_it(
+    operator: OperatorProcess, admin_api: client.ApiClient, namespace: str
+) -> None:
+    """A ResourceQuota (admission, which kmock does not have) refuses the checkpoint claim: the
+    job says so in its status and an Event, and starts once the quota allows the claim."""
+    core = client.CoreV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="storage"),
+        spec=client.V1ResourceQuotaSpec(hard={"requests.storage": "1Gi"}),
+    )
+    core.create_namespaced_resource_quota(namespace, quota)
+    # the quota controller must have counted the namespace before admission enforces it
+    wait_for(
+        lambda: core.read_namespaced_resource_quota("storage", namespace).status.hard,
+        timeout=30,
+        what="the quota counted",
+    )
+    with StaticNodes(admin_api, {f"gpu-{namespace}": 2}):
+        body = job_manifest("quota")
+        body["spec"]["checkpoint"]["size"] = "10Gi"
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+        def status() -> dict[str, Any]:
+            job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "quota")
+            return dict(job.get("status") or {})
+
+        said = wait_for(
+            lambda: status() if status().get("reason") == "ClaimRejected" else None,
+            timeout=60,
+            what="the refused claim as the job's reason",
+            details=operator.tail,
+        )
+        assert "exceeded quota" in said["message"], said
+        events = core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=quota,reason=ClaimRejected"
+        ).items
+        assert len(events) == 1, events
+        assert "Traceback" not in operator.log_text(), operator.tail()
+
+        core.delete_namespaced_resource_quota("storage", namespace)
+        wait_for(
+            lambda: core.list_namespaced_pod(namespace, label_selector="adl.dev/job=quota").items,
+            timeout=90,
+            what="the pods once the quota is gone",
+            details=operator.tail,
+        )
+        assert status().get("reason") != "ClaimRejected"
