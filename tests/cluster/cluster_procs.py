@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -76,13 +77,20 @@ class ManagedProcess:
         *,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log = log
+        launch = self.argv
+        if die_with_parent and shutil.which("setpriv"):
+            # SIGTERM when the starting thread dies: a test run killed hard (a CI timeout)
+            # leaves no control plane behind. Only for processes started from a thread that
+            # lives as long as they should (the kernel watches the thread, not the process).
+            launch = ["setpriv", "--pdeathsig", "TERM", "--", *self.argv]
         with open(log, "ab") as out:
             self.popen = subprocess.Popen(
-                self.argv,
+                launch,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -20,6 +20,7 @@ Fixture API (other suites build on these names):
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,10 +29,13 @@ from typing import Any
 
 import pytest
 from chart_install import Installation, install, token_kubeconfig, uninstall
+from cluster_procs import wait_for
 from controlplane import ControlPlane, find_assets, pinned_versions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import OperatorProcess
+
+from adl.operator.crd import GROUP, PLURAL, VERSION
 
 HERE = Path(__file__).resolve().parent
 
@@ -90,12 +94,41 @@ def _delete_namespace(api: client.ApiClient, name: str) -> None:
             raise
 
 
+def _delete_jobs(api: client.ApiClient, namespace: str) -> None:
+    """Delete the namespace's AdaptiveJobs now, not with the namespace: a namespace empties in
+    the background, and a cluster-wide operator of the next test would take up its jobs. The
+    test's operator has stopped by now, so kopf's finalizer is taken off by hand."""
+    custom = client.CustomObjectsApi(api)
+    try:
+        jobs = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+    except ApiException as exc:
+        if exc.status == 404:  # the CRD was never installed
+            return
+        raise
+    for job in jobs:
+        name = job["metadata"]["name"]
+        with contextlib.suppress(ApiException):
+            if job["metadata"].get("finalizers"):
+                custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": None}}
+                )
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    wait_for(
+        lambda: (
+            not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        ),
+        timeout=30,
+        what=f"the AdaptiveJobs of {namespace} deleted",
+    )
+
+
 @pytest.fixture
 def namespace(
     control_plane: ControlPlane, admin_api: client.ApiClient, request: pytest.FixtureRequest
 ) -> Iterator[str]:
     name = _create_namespace(control_plane, admin_api, request.node.name)
     yield name
+    _delete_jobs(admin_api, name)
     _delete_namespace(admin_api, name)  # the namespace controller empties it in the background
 
 

@@ -194,7 +194,9 @@ class ControlPlane:
 
     def _start(self, name: str, *args: str) -> ManagedProcess:
         binary = str(self.assets / name.split("#")[0])
-        proc = ManagedProcess(name, [binary, *args], self.workdir / f"{name}.log")
+        proc = ManagedProcess(
+            name, [binary, *args], self.workdir / f"{name}.log", die_with_parent=True
+        )
         self.processes.append(proc)
         return proc
 

@@ -97,7 +97,9 @@ class OperatorProcess:
             raise RuntimeError(f"{self.name} is already running")
         self.starts += 1
         log = self.workdir / f"{self.name}.{self.starts}.log"
-        self.process = ManagedProcess(self.name, self.argv(), log, env=self.environment())
+        self.process = ManagedProcess(
+            self.name, self.argv(), log, env=self.environment(), die_with_parent=True
+        )
         return self
 
     @property
