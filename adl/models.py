@@ -208,12 +208,29 @@ def limit_text(limit: int = MAX_OBJECT_BYTES) -> str:
     return f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit} bytes"
 
 
+#: A non-negative Kubernetes quantity (apimachinery's grammar: number, then a binary or decimal
+#: SI suffix or a decimal exponent).
+QUANTITY_PATTERN = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+
 class CheckpointSpec(_Model):
     """Where checkpoints live: an existing claim, or a claim made from a storage class."""
 
-    claim_name: str | None = Field(default=None, max_length=253)  # a Kubernetes object name
-    storage_class: str | None = Field(default=None, max_length=253)
-    size: str = Field(default="10Gi", max_length=64, description="a Kubernetes quantity")
+    # Kubernetes object names: never empty (an empty one passed the "not both" check here
+    # but not the CRD's has() rule, so the CLI and the API server disagreed)
+    claim_name: str | None = Field(default=None, min_length=1, max_length=253)
+    storage_class: str | None = Field(default=None, min_length=1, max_length=253)
+    # Checked here (and so in the CRD) because the API server refuses a claim of any other
+    # size only when the operator creates it, long after the job was accepted.
+    size: str = Field(
+        default="10Gi",
+        max_length=64,
+        pattern=QUANTITY_PATTERN,
+        description="a Kubernetes quantity, e.g. 10Gi",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> CheckpointSpec:

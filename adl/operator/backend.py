@@ -67,12 +67,27 @@ class Refused(Exception):
     """A pod of the group was refused; the reconcile starts over to act on it."""
 
 
-class Leftovers(Exception):
-    """A child object of the job's name belongs to a deleted job of the same name. The job
-    waits (status reason ``reason``, one Event ``event``); the next reconcile looks again."""
+class Waiting(Exception):
+    """The job cannot start its group yet, for a cause outside it. The job waits (status
+    reason ``reason``, one Event ``event``); the next reconcile looks again."""
+
+    reason = "Waiting"
+    event = "Waiting"
+
+
+class Leftovers(Waiting):
+    """A child object of the job's name belongs to a deleted job of the same name."""
 
     reason = "WaitingForPreviousJob"
     event = "PreviousJobResources"
+
+
+class ClaimRefused(Waiting):
+    """The cluster refused to create the checkpoint claim (a ResourceQuota, a LimitRange, an
+    admission webhook). Unlike a refused pod this is no failed start of the job: it waits,
+    and starts once the cluster admits the claim (the quota is raised)."""
+
+    reason = event = "ClaimRejected"
 
 
 class NotOwned(Leftovers):
@@ -128,15 +143,21 @@ def split_pods(job: P.JobRef, pods: list[dict[str, Any]]) -> tuple[list[dict[str
     return own, foreign
 
 
+def _api_message(exc: ApiException) -> str:
+    """The API server's own words for a refusal (its Status message), else the HTTP reason."""
+    detail = exc.reason or ""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        detail = json.loads(str(exc.body)).get("message") or detail
+    return str(detail)
+
+
 def refused_pod(job: P.JobRef, group: int, index: int, exc: Exception) -> PodState | None:
     """The failed start a refused pod create stands for; None for errors worth retrying."""
     if isinstance(exc, ApiException):
         if exc.status not in REFUSED_STATUSES:
             return None
-        detail = exc.reason or ""
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            detail = json.loads(str(exc.body)).get("message") or detail
-        reason, message = "PodRejected", f"the cluster refused pod {index}: {detail}"
+        reason = "PodRejected"
+        message = f"the cluster refused pod {index}: {_api_message(exc)}"
     else:
         reason, message = "InvalidPod", f"pod {index} cannot be built: {exc}"
     name = P.pod_name(job.name, group, index)
@@ -260,7 +281,14 @@ class KubeBackend:
         if pvc is not None:
             _require_own(job, existing, "PersistentVolumeClaim")
         if pvc is not None and existing is None:
-            store.create(pvc)
+            try:
+                store.create(pvc)
+            except ApiException as exc:
+                if exc.status not in REFUSED_STATUSES:
+                    raise
+                raise ClaimRefused(
+                    f"the cluster refused checkpoint claim {claim}: {_api_message(exc)}"
+                ) from exc
         elif pvc is None and existing is None:
             _event(
                 ctx.body,

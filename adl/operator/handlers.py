@@ -105,8 +105,9 @@ def _status_of(body: dict[str, Any]) -> AdaptiveJobStatus:
 
 #: the status reason of a job that waits for a deleted namesake's pods and objects to go
 WAITING_FOR_PREVIOUS_JOB = B.Leftovers.reason
-#: status reasons of a job waiting for a child object it may not use (see ``B.Leftovers``)
-WAIT_REASONS = frozenset({B.Leftovers.reason, B.NotOwned.reason})
+#: status reasons of a job waiting for a child object it may not use or cannot have yet
+#: (see ``B.Waiting``)
+WAIT_REASONS = frozenset({B.Leftovers.reason, B.NotOwned.reason, B.ClaimRefused.reason})
 
 
 async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationError) -> None:
@@ -185,7 +186,7 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 actions, ctx = await asyncio.to_thread(_step, rt, job, body, spec)
             except (Conflict, B.Refused):
                 continue
-            except B.Leftovers as exc:  # the next look at a starting job tries again
+            except B.Waiting as exc:  # the next look at a starting job tries again
                 if rt.waiting.get(key) != str(exc):  # say so once per thing waited for
                     rt.waiting[key] = str(exc)
                     log.info("%s: %s", key, exc)

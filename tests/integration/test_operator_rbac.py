@@ -37,6 +37,9 @@ def rendered_permissions(
     role_namespaces: set[str] = set()
     docs = (yaml.safe_load_all(t) for n, t in out.items() if n.endswith(".yaml"))
     for doc in (d for ds in docs for d in ds if d):
+        labels = (doc.get("metadata") or {}).get("labels") or {}
+        if labels.get("app.kubernetes.io/component") == "user-roles":
+            continue  # aggregated into admin/edit/view for people, bound to no operator
         if doc.get("kind") == "ClusterRole":
             granted |= perms.from_rules(doc["rules"], perms.CLUSTER)
         elif doc.get("kind") == "Role":

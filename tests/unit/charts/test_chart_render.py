@@ -267,9 +267,16 @@ def test_chart_ships_the_generated_crd() -> None:
     assert any(data == crd_yaml() for data in crds.values())
 
 
+def user_role(doc: dict[str, Any]) -> bool:
+    """The ClusterRoles aggregated into admin/edit/view for people (not the operator's)."""
+    return doc["metadata"]["labels"].get("app.kubernetes.io/component") == "user-roles"
+
+
 def granted(docs: list[dict[str, Any]]) -> frozenset[perms.Permission]:
     out: set[perms.Permission] = set()
     for role in kinds(docs, "ClusterRole"):
+        if user_role(role):
+            continue
         out |= perms.from_rules(role["rules"], perms.CLUSTER)
     for role in kinds(docs, "Role"):
         out |= perms.from_rules(role["rules"], perms.NAMESPACED)
@@ -293,6 +300,33 @@ def test_rbac_grants_exactly_the_declared_permissions(
     sa = kinds(docs, "ServiceAccount")[0]["metadata"]["name"]
     for b in bindings:
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "adl-system"}]
+
+
+def test_user_roles_aggregate_into_the_built_in_roles_and_bind_no_one() -> None:
+    docs = render({})
+    roles = {
+        r["metadata"]["name"].rsplit("-", 1)[-1]: r
+        for r in kinds(docs, "ClusterRole")
+        if user_role(r)
+    }
+    assert sorted(roles) == ["edit", "view"]
+    labels = {k: r["metadata"]["labels"] for k, r in roles.items()}
+    assert labels["edit"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["edit"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert labels["view"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    view = perms.from_rules(roles["view"]["rules"], perms.CLUSTER)
+    assert {p.verb for p in view} == {"get", "list", "watch"}
+    edit = perms.from_rules(roles["edit"]["rules"], perms.CLUSTER)
+    assert not [
+        p for p in edit if p.resource.endswith("/status") and p.verb not in ("get", "list", "watch")
+    ]
+    bound = {
+        b["roleRef"]["name"] for b in kinds(docs, "ClusterRoleBinding") + kinds(docs, "RoleBinding")
+    }
+    assert bound.isdisjoint(r["metadata"]["name"] for r in roles.values())
+    assert not [
+        r for r in kinds(render({"userRoles": {"aggregate": False}}), "ClusterRole") if user_role(r)
+    ]
 
 
 def test_secrets_are_read_and_made_only_where_jobs_run() -> None:

@@ -1,0 +1,210 @@
+"""The Node side of the process kubelet: register fake Nodes with their capacity, and keep them
+alive as a kubelet does (a Lease in ``kube-node-lease`` renewed every few seconds, the Ready
+condition's heartbeat refreshed), so the node lifecycle controller never marks them NotReady
+or taints them, and kube-scheduler places pods on them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger("adl.tests.nodes")
+
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_DURATION_S = 40
+NOT_READY = "node.kubernetes.io/not-ready"
+GPU = "nvidia.com/gpu"
+#: what every fake node offers beside its slots: enough that only the slots ever bind
+BASE_CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One fake node: ``slots`` of ``slot_resource`` (GPUs, or CPU slots: ``cpu``)."""
+
+    name: str
+    slots: int
+    slot_resource: str = GPU
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def capacity(self) -> dict[str, str]:
+        return {**BASE_CAPACITY, self.slot_resource: str(self.slots)}
+
+
+def _micro(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _second(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_status(spec: NodeSpec, host_ip: str, now: datetime) -> dict[str, Any]:
+    """The status a healthy kubelet reports (pure)."""
+    stamp = _second(now)
+
+    def cond(kind: str, status: str, reason: str) -> dict[str, str]:
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": reason,
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+
+    return {
+        "capacity": spec.capacity(),
+        "allocatable": spec.capacity(),
+        "conditions": [
+            cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            cond("PIDPressure", "False", "KubeletHasSufficientPID"),
+            cond("Ready", "True", "KubeletReady"),
+        ],
+        "addresses": [
+            {"type": "InternalIP", "address": host_ip},
+            {"type": "Hostname", "address": spec.name},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "machineID": spec.name,
+            "systemUUID": spec.name,
+            "bootID": spec.name,
+            "kernelVersion": "",
+            "osImage": "adl process kubelet",
+            "containerRuntimeVersion": "process://1",
+            "kubeletVersion": "v0.0.0-process",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    }
+
+
+def node_object(spec: NodeSpec, host_ip: str, now: datetime) -> dict[str, Any]:
+    labels = {
+        "kubernetes.io/hostname": spec.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        **spec.labels,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": spec.name, "labels": labels},
+        "spec": {},
+        "status": node_status(spec, host_ip, now),
+    }
+
+
+class NodeKeeper:
+    """Registers ``nodes`` and renews their leases and status until stopped."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        nodes: Sequence[NodeSpec],
+        host_ip: str,
+        heartbeat_s: float = 4.0,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.leases = client.CoordinationV1Api(api)
+        self.nodes = list(nodes)
+        self.host_ip = host_ip
+        self.heartbeat_s = heartbeat_s
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="node-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        now = datetime.now(UTC)
+        for spec in self.nodes:
+            body = node_object(spec, self.host_ip, now)
+            try:
+                self.core.create_node(body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                self.core.patch_node(spec.name, {"metadata": body["metadata"]})
+            # create may drop status (it is a subresource): always write it through status
+            self.core.patch_node_status(spec.name, {"status": body["status"]})
+            self._renew(spec, now)
+        self.thread.start()
+        self._wait_untainted()
+
+    def _wait_untainted(self, timeout: float = 60.0) -> None:
+        """A new Node carries ``node.kubernetes.io/not-ready`` until the node lifecycle
+        controller has seen it Ready; the operator (rightly) leaves tainted nodes out."""
+        deadline = time.monotonic() + timeout
+        pending = {spec.name for spec in self.nodes}
+        while pending:
+            watcher = watch.Watch()
+            for ev in watcher.stream(self.core.list_node, timeout_seconds=5):
+                node = ev["object"]
+                taints = node.spec.taints or []
+                if not any(t.key == NOT_READY for t in taints):
+                    pending.discard(node.metadata.name)
+                if not pending:
+                    watcher.stop()
+                    break
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"nodes {sorted(pending)} still tainted {NOT_READY}")
+
+    def _renew(self, spec: NodeSpec, now: datetime) -> None:
+        node = self.core.read_node(spec.name)
+        lease_spec = {
+            "holderIdentity": spec.name,
+            "leaseDurationSeconds": LEASE_DURATION_S,
+            "renewTime": _micro(now),
+        }
+        try:
+            self.leases.patch_namespaced_lease(spec.name, LEASE_NAMESPACE, {"spec": lease_spec})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            owner = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": spec.name,
+                "uid": node.metadata.uid,
+            }
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": spec.name,
+                    "namespace": LEASE_NAMESPACE,
+                    "ownerReferences": [owner],
+                },
+                "spec": lease_spec,
+            }
+            self.leases.create_namespaced_lease(LEASE_NAMESPACE, lease)
+
+    def _beat(self) -> None:
+        while not self.stopping.wait(self.heartbeat_s):
+            now = datetime.now(UTC)
+            for spec in self.nodes:
+                try:
+                    self._renew(spec, now)
+                    status = node_status(spec, self.host_ip, now)
+                    self.core.patch_node_status(spec.name, {"status": status})
+                except Exception as exc:  # the control plane may be restarting: try next beat
+                    log.warning("heartbeat of %s: %r", spec.name, exc)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=self.heartbeat_s + 10)
+        for spec in self.nodes:
+            with contextlib.suppress(ApiException):
+                self.core.delete_node(spec.name)
+            with contextlib.suppress(ApiException):
+                self.leases.delete_namespaced_lease(spec.name, LEASE_NAMESPACE)

@@ -1,0 +1,133 @@
+"""What the whole-loop scenarios share: operators whose workers reach the API on the pod
+bridge, and reads of a namespace's AdaptiveJobs, pods and pod logs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from chart_install import ROOT, Installation, token_kubeconfig
+from cluster_procs import wait_for
+from controlplane import ControlPlane
+from kubelet import ProcessKubelet
+from kubernetes import client
+from operator_process import OperatorProcess
+
+from adl.operator.crd import GROUP, PLURAL, VERSION
+
+#: scheduling rounds this often (the chart's default is 30 s): the scenarios wait on them
+ROUND_S = 2
+
+
+class PodFacingOperator(OperatorProcess):
+    """The harness's operator process, with the worker API URL on the pod bridge: pods live in
+    their own network namespaces, where 127.0.0.1 is the pod itself. (The API service listens
+    on every interface, so nothing else changes.)"""
+
+    host = "127.0.0.1"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class Operators:
+    """Starts operators of one installation; every one is stopped after the test."""
+
+    def __init__(
+        self, plane: ControlPlane, api: client.ApiClient, kubelet: ProcessKubelet, tmp: Path
+    ) -> None:
+        self.plane, self.api, self.kubelet, self.tmp = plane, api, kubelet, tmp
+        self.started: list[PodFacingOperator] = []
+
+    def __call__(
+        self, installation: Installation, *, name: str = "", extra_args: tuple[str, ...] = ()
+    ) -> PodFacingOperator:
+        name = name or f"operator-{len(self.started) + 1}"
+        kubeconfig = token_kubeconfig(
+            self.api,
+            installation.namespace,
+            installation.service_account,
+            self.tmp / f"{name}.kubeconfig",
+            server=self.plane.server,
+            ca_file=self.plane.ca_file,
+        )
+        args = (f"--round-interval={ROUND_S}", *extra_args)
+        op = PodFacingOperator(installation, kubeconfig, self.tmp, name=name, extra_args=args)
+        op.host = self.kubelet.host_ip
+        self.started.append(op)
+        return op.start()
+
+    def tails(self) -> str:
+        return "\n".join(op.tail(40) for op in self.started)
+
+    def stop(self) -> None:
+        for op in reversed(self.started):
+            op.stop()
+
+
+class Jobs:
+    """AdaptiveJobs and pods of one namespace, read through the admin client."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, kubelet: ProcessKubelet) -> None:
+        self.namespace = namespace
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.kubelet = kubelet
+
+    def get(self, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name
+        )
+        return out
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.get(name).get("status") or {})
+
+    def pods(self, name: str) -> list[Any]:
+        items = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"adl.dev/job={name}"
+        ).items
+        return sorted(items, key=lambda p: p.metadata.name)
+
+    def wait(
+        self, what: str, check: Callable[[], Any], timeout: float, details: Callable[[], str]
+    ) -> Any:
+        return wait_for(check, timeout=timeout, what=what, details=details)
+
+    def log(self, pod: str) -> str:
+        return self.kubelet.log(self.namespace, pod)
+
+
+EXAMPLE = ROOT / "examples" / "synthetic.yaml"
+#: the example's dataset (its script's default size)
+SIZE = 4096
+#: the first job trains longer than the example, so that it still runs when the second comes
+EPOCHS = 40
+TIMEOUT_S = 300
+
+
+def variant(tmp: Path, name: str, *, epochs: int, **spec: Any) -> Path:
+    """The example manifest with another epoch count and ``spec`` fields."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    command = doc["spec"]["template"]["spec"]["containers"][0]["command"]
+    command[command.index("--epochs") + 1] = str(epochs)
+    doc["spec"].update(spec)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def epoch_records(kubelet: ProcessKubelet, namespace: str, job: str) -> list[tuple[int, Any]]:
+    """(group, record) of every epoch line rank 0 printed, group by group (the kubelet keeps
+    the output of pods the operator has since deleted)."""
+    out = []
+    for path in kubelet.logs_dir.glob(f"{namespace}_{job}-g*-0.log"):
+        group = int(path.stem.rsplit("-g", 1)[1].split("-")[0])
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{") and '"epoch"' in line:
+                out.append((group, json.loads(line)))
+    return sorted(out, key=lambda r: (r[0], r[1]["epoch"]))
