@@ -356,4 +356,10 @@ def test_a_refused_object_is_the_jobs_reason_until_the_quota_allows_it(
             what="the pods once the quota is gone",
             details=operator.tail,
         )
-        assert status().get("reason") != reason
+        # and the status moves on (written right after the pods)
+        wait_for(
+            lambda: status().get("reason") != reason,
+            timeout=30,
+            what="the reason cleared",
+            details=operator.tail,
+        )
