@@ -82,12 +82,35 @@ class Leftovers(Waiting):
     event = "PreviousJobResources"
 
 
-class ClaimRefused(Waiting):
-    """The cluster refused to create the checkpoint claim (a ResourceQuota, a LimitRange, an
-    admission webhook). Unlike a refused pod this is no failed start of the job: it waits,
-    and starts once the cluster admits the claim (the quota is raised)."""
+#: status reasons of a job whose object the cluster refused, by the object's kind
+REJECTED_REASONS = {
+    "Service": "ServiceRejected",
+    "Secret": "SecretRejected",
+    "PersistentVolumeClaim": "ClaimRejected",
+}
 
-    reason = event = "ClaimRejected"
+
+class ChildRefused(Waiting):
+    """The cluster refused to create the job's Service, token Secret or checkpoint claim (a
+    ResourceQuota, a LimitRange, an admission webhook). Unlike a refused pod this is no failed
+    start: the job waits, and starts once the cluster admits the object (the quota is raised)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = self.event = REJECTED_REASONS[kind]
+
+
+def _create_child(store: KubeStore, obj: dict[str, Any]) -> bool:
+    """Create one of the job's own objects (False: it exists); a refusal makes the job wait."""
+    try:
+        return bool(store.create(obj))
+    except ApiException as exc:
+        if exc.status not in REFUSED_STATUSES:
+            raise
+        name = obj["metadata"]["name"]
+        raise ChildRefused(
+            obj["kind"], f"the cluster refused {obj['kind']} {name}: {_api_message(exc)}"
+        ) from exc
 
 
 class NotOwned(Leftovers):
@@ -256,7 +279,7 @@ class KubeBackend:
 
     def _ensure_resources(self, job: P.JobRef, ctx: StepContext) -> None:
         store = self.store
-        if not store.create(P.build_service(job)):
+        if not _create_child(store, P.build_service(job)):
             _require_own(job, store.get_service(job.namespace, P.service_name(job.name)), "Service")
         # The Secret holds the token; the job carries only its hash, which the API checks.
         secret = store.get_secret(job.namespace, P.token_secret_name(job.name))
@@ -270,7 +293,7 @@ class KubeBackend:
         token = P.token_from_secret(secret) if secret is not None else None
         if token is None:
             token = secrets.token_urlsafe(32)
-            store.create(P.build_token_secret(job, token))
+            _create_child(store, P.build_token_secret(job, token))
         digest = token_digest(token)
         annotations = (ctx.body.get("metadata") or {}).get("annotations") or {}
         if annotations.get(P.ANNOTATION_TOKEN_HASH) != digest:
@@ -281,14 +304,7 @@ class KubeBackend:
         if pvc is not None:
             _require_own(job, existing, "PersistentVolumeClaim")
         if pvc is not None and existing is None:
-            try:
-                store.create(pvc)
-            except ApiException as exc:
-                if exc.status not in REFUSED_STATUSES:
-                    raise
-                raise ClaimRefused(
-                    f"the cluster refused checkpoint claim {claim}: {_api_message(exc)}"
-                ) from exc
+            _create_child(store, pvc)
         elif pvc is None and existing is None:
             _event(
                 ctx.body,

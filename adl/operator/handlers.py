@@ -107,7 +107,7 @@ def _status_of(body: dict[str, Any]) -> AdaptiveJobStatus:
 WAITING_FOR_PREVIOUS_JOB = B.Leftovers.reason
 #: status reasons of a job waiting for a child object it may not use or cannot have yet
 #: (see ``B.Waiting``)
-WAIT_REASONS = frozenset({B.Leftovers.reason, B.NotOwned.reason, B.ClaimRefused.reason})
+WAIT_REASONS = frozenset({B.Leftovers.reason, B.NotOwned.reason, *B.REJECTED_REASONS.values()})
 
 
 async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationError) -> None:

@@ -92,7 +92,9 @@ class OperatorProcess:
         return env
 
     def start(self) -> OperatorProcess:
-        """Start (or start again after a kill/stop, on the same ports)."""
+        """Start (or start again after a kill/stop, on the same ports). It gets SIGTERM when
+        the thread that started it ends (so a killed test run leaves no operator behind):
+        start it from the test's own thread, not a short-lived helper thread."""
         if self.process is not None and self.process.alive():
             raise RuntimeError(f"{self.name} is already running")
         self.starts += 1

@@ -300,16 +300,25 @@ def test_scheduler_places_pods_on_the_allocated_nodes(
         core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
 
 
-def test_a_refused_claim_is_the_jobs_reason_until_the_quota_allows_it(
-    operator: OperatorProcess, admin_api: client.ApiClient, namespace: str
+#: (what a namespace's quota allows, the reason a job refused by it waits with)
+QUOTAS = {
+    "claim": ({"requests.storage": "1Gi"}, "ClaimRejected"),
+    "service": ({"services": "0"}, "ServiceRejected"),
+    "secret": ({"count/secrets": "0"}, "SecretRejected"),
+}
+
+
+@pytest.mark.parametrize("refused", sorted(QUOTAS))
+def test_a_refused_object_is_the_jobs_reason_until_the_quota_allows_it(
+    refused: str, operator: OperatorProcess, admin_api: client.ApiClient, namespace: str
 ) -> None:
-    """A ResourceQuota (admission, which kmock does not have) refuses the checkpoint claim: the
-    job says so in its status and an Event, and starts once the quota allows the claim."""
+    """A ResourceQuota (admission, which kmock does not have) refuses one of the job's objects:
+    the job says so in its status and an Event, and starts once the quota allows it."""
+    hard, reason = QUOTAS[refused]
     core = client.CoreV1Api(admin_api)
     custom = client.CustomObjectsApi(admin_api)
     quota = client.V1ResourceQuota(
-        metadata=client.V1ObjectMeta(name="storage"),
-        spec=client.V1ResourceQuotaSpec(hard={"requests.storage": "1Gi"}),
+        metadata=client.V1ObjectMeta(name="storage"), spec=client.V1ResourceQuotaSpec(hard=hard)
     )
     core.create_namespaced_resource_quota(namespace, quota)
     # the quota controller must have counted the namespace before admission enforces it
@@ -328,14 +337,14 @@ def test_a_refused_claim_is_the_jobs_reason_until_the_quota_allows_it(
             return dict(job.get("status") or {})
 
         said = wait_for(
-            lambda: status() if status().get("reason") == "ClaimRejected" else None,
+            lambda: status() if status().get("reason") == reason else None,
             timeout=60,
-            what="the refused claim as the job's reason",
+            what=f"{reason} as the job's reason",
             details=operator.tail,
         )
         assert "exceeded quota" in said["message"], said
         events = core.list_namespaced_event(
-            namespace, field_selector="involvedObject.name=quota,reason=ClaimRejected"
+            namespace, field_selector=f"involvedObject.name=quota,reason={reason}"
         ).items
         assert len(events) == 1, events
         assert "Traceback" not in operator.log_text(), operator.tail()
@@ -347,4 +356,10 @@ def test_a_refused_claim_is_the_jobs_reason_until_the_quota_allows_it(
             what="the pods once the quota is gone",
             details=operator.tail,
         )
-        assert status().get("reason") != "ClaimRejected"
+        # and the status moves on (written right after the pods)
+        wait_for(
+            lambda: status().get("reason") != reason,
+            timeout=30,
+            what="the reason cleared",
+            details=operator.tail,
+        )
