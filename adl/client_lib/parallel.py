@@ -123,6 +123,8 @@ class AdaptiveDataParallel(nn.Module):
     #: whether a lone replica averages accumulated gradients as the last backward ends
     #: (else at the optimizer step)
     _average_on_backward = True
+    #: while set, optimizer.step() is the optimizer's own: no statistics, LR factor or progress
+    _passthrough = False
 
     def __init__(
         self,
@@ -355,6 +357,8 @@ class AdaptiveDataParallel(nn.Module):
         return scale.double().reciprocal().square().float()
 
     def _optimizer_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._passthrough:  # a library's own step (e.g. DCP initializing optimizer state)
+            return original(*args, **kwargs)
         if not self._new_cycle and not self._warned_mid_step:
             # The last forward was a micro-batch before the step's last: stepping now updates on
             # part of the batch and counts it as a whole step (progress, LR schedule).
@@ -454,7 +458,12 @@ class AdaptiveDataParallel(nn.Module):
             local_bsz=local,
             accum_steps=accum,
             restart_cost_s=_restart_cost(ctx),
+            min_replicas=self._min_replicas(),
         )
+
+    def _min_replicas(self) -> int | None:
+        """Fewest replicas the job fits in memory; None: any count (a replicated model)."""
+        return None
 
     def _loader_config(self) -> tuple[int | None, int | None]:
         """The data loader's (micro-batch, accumulation steps), (None, None) without one."""

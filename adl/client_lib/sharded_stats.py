@@ -113,7 +113,9 @@ class NormingReduceScatter(ReduceScatter):
     ) -> dist.Work | None:
         if self._stats.measure:
             self._stats.add_local(input_tensor, self._layout, group)
-        return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+        return dist.reduce_scatter_single(
+            output=output_tensor, input=input_tensor, op=op, group=group, async_op=async_op
+        )
 
 
 class ShardedGradStats(GradStats):
