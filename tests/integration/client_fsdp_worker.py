@@ -27,6 +27,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import checkpoint
 
 import adl
+from adl.client_lib.scaling import LinearScale
 
 WIDTH = 33  # not a multiple of 2, 3 or 4: every world size shards it unevenly (padding)
 
@@ -97,8 +98,10 @@ def main() -> None:
     p.add_argument("--recompute", action="store_true", help="activation checkpointing")
     p.add_argument("--optim", choices=("adam", "sgd"), default="adam")
     p.add_argument("--autoscale", type=int, default=0, help="max batch size (0: fixed)")
+    p.add_argument("--local-max", type=int, default=4, help="largest micro-batch (autoscale)")
     p.add_argument("--budget", type=int, default=0, help="memory budget per replica (bytes)")
     p.add_argument("--b0", type=int, default=0)
+    p.add_argument("--linear-lr", action="store_true", help="LR x batch scale (no noise term)")
     args = p.parse_args()
 
     ctx = adl.init_process_group("gloo")
@@ -109,7 +112,9 @@ def main() -> None:
         opt: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    common = {"init_batch_size": args.b0 or None, "report": False}
+    common: dict[str, Any] = {"init_batch_size": args.b0 or None, "report": False}
+    if args.linear_lr:
+        common["scaling_rule"] = LinearScale()
     net: nn.Module
     if args.replicated:
         net = adl.AdaptiveDataParallel(model, opt, **common)
@@ -118,7 +123,7 @@ def main() -> None:
         net = adl.AdaptiveShardedDataParallel(model, opt, **common, **budget)
     loader = adl.AdaptiveDataLoader(Indexed(args.size), batch_size=args.batch, shuffle=True)
     if args.autoscale:
-        loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, 4))
+        loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, args.local_max))
     args.record.mkdir(parents=True, exist_ok=True)
     if ctx.restored:  # what the checkpoint gave this world size, for the bit-exact comparison
         restored = full_state(net, model, opt)
@@ -145,6 +150,7 @@ def main() -> None:
                     "world": ctx.world_size,
                     "loss": float(loss_sum[0] / loss_sum[1]),
                     "local_bsz": ctx.local_bsz,
+                    "accum": ctx.accum_steps,
                     "sqr_tr": sqr_tr,
                     "min_replicas": net.hints().min_replicas,
                 }
