@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ from adl.client_lib.parallel import AdaptiveDataParallel
 from adl.client_lib.sharded_checkpoint import ShardedCheckpointState
 from adl.client_lib.sharded_memory import MemoryNeed, device_budget, memory_need
 from adl.client_lib.sharded_stats import ShardedGradStats, local_tensor
+from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,28 @@ class AdaptiveShardedDataParallel(AdaptiveDataParallel):
         stats = self._stats
         assert isinstance(stats, ShardedGradStats)
         stats.finish_sharded(grads, micro, batch, self._inv_scale_sq)
+
+    def _optimizer_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # The previous step's statistics were summed over the replicas while this step ran
+        # forward and backward: fold them in before the LR factor is taken from the estimate.
+        self.settle()
+        return super()._optimizer_step(original, *args, **kwargs)
+
+    def goodput_fn(self, bounds: BatchBounds) -> GoodputFunction | None:
+        if threading.current_thread() is threading.main_thread():  # the data loader's choice
+            self.settle()
+        return super().goodput_fn(bounds)
+
+    def grad_params(self, wait: bool = False) -> GradParams | None:
+        if threading.current_thread() is threading.main_thread():
+            self.settle()
+        return super().grad_params(wait=wait)
+
+    def settle(self) -> None:
+        """Fold a step's statistics still being summed into the estimate."""
+        stats = self._stats
+        assert isinstance(stats, ShardedGradStats)
+        stats.complete()
 
     # ------------------------------------------------------------------ hints
 

@@ -104,6 +104,7 @@ class ShardedCheckpointState:
         ctx = self._adp._ctx
         directory = getattr(getattr(ctx, "env", None), "checkpoint_dir", None)
         self._saved = None
+        self._adp.settle()  # the last step's statistics are in the estimate that is saved
         if directory is None:
             return
         directory = Path(directory)

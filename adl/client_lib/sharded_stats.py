@@ -15,14 +15,16 @@ exactly the DDP estimator's; only where the two norms come from changes:
   so the buffer holds ``K`` micro-gradients' sum: divided by ``K^2`` it is the norm of a mean
   over ``m = B / N`` samples, again one replica's local gradient (the loader's ``K`` micro-
   batches of this replica), so ``E|.|^2 = sqr + tr / (B/N)``.
-- **global**: after the reduce-scatter each rank holds one shard of the averaged gradient
-  (``p.grad.to_local()``); the shards partition the vector, so the squared norm of the whole
-  averaged gradient is the sum over ranks of the shards' squared norms.
+- **global**: the reduce-scatter's output on each rank is one shard of the averaged gradient;
+  the shards partition the vector (padding is zeros), so the squared norm of the whole averaged
+  gradient is the sum over ranks of the shards' squared norms. With accumulation it is the
+  shard of the micro-steps' sum, divided by ``K^2`` as above.
 
-The per-rank partial sums (local norms of every group, and the shards' global norms) travel in
-one all-reduce of ``2 x groups`` floats at the optimizer step: that, one dot over the local
-buffer per module and one batched norm over this rank's shards is everything the statistics
-add; nothing is gathered. A lone replica (world size 1) pairs consecutive steps, as without FSDP.
+Both are taken inside the custom reduce-scatter, on its input and (as it lands, still in cache)
+its output. The per-rank partial sums travel in one all-reduce of ``2 x groups`` floats,
+started at the optimizer step and overlapped with the update and the next step's compute: two
+dots per module (over the local gradient and over this rank's shard) and that small sum are
+everything the statistics add; nothing is gathered. A lone replica (world size 1) pairs consecutive steps, as without FSDP.
 
 Not covered: HSDP (2-D meshes: the all-reduce over replicas of a shard would need the local
 norm before it) and a custom ``set_gradient_divide_factor`` (the gradients then are not a mean).
@@ -111,11 +113,15 @@ class NormingReduceScatter(ReduceScatter):
         op: Any,
         async_op: bool = False,
     ) -> dist.Work | None:
-        if self._stats.measure:
+        stats = self._stats.measure
+        if stats:
             self._stats.add_local(input_tensor, self._layout, group)
-        return dist.reduce_scatter_single(
+        work = dist.reduce_scatter_single(
             output=output_tensor, input=input_tensor, op=op, group=group, async_op=async_op
         )
+        if stats and not async_op:  # (FSDP2 reduces synchronously: stream-ordered on a GPU)
+            self._stats.add_global(output_tensor, self._layout, group, op)
+        return work
 
 
 class ShardedGradStats(GradStats):
@@ -132,9 +138,13 @@ class ShardedGradStats(GradStats):
     ) -> None:
         super().__init__(params, groups, num_groups, gns, world_size, stats_interval)
         device = params[0].device
-        # Sum over this step's FSDP modules of the local gradient's squared norm, per group.
+        # Sums over this step's FSDP modules, per group, of the squared norms of this replica's
+        # local gradient and of its shard of the averaged one.
         self.local_sq = torch.zeros(num_groups, dtype=torch.float32, device=device)
+        self.global_sq = torch.zeros(num_groups, dtype=torch.float32, device=device)
         self._local_seen = 0  # how many module buffers were measured this step
+        # the step's summed norms, still being all-reduced: (work, buffer, batch)
+        self._pending: tuple[Any, Tensor, int] | None = None
 
     def install(self, model: nn.Module) -> int:
         """Put the norming reduce-scatter on every FSDP module of ``model``; how many."""
@@ -153,6 +163,7 @@ class ShardedGradStats(GradStats):
         super().start_step(step)
         if self._local_seen:
             self.local_sq.zero_()
+            self.global_sq.zero_()
             self._local_seen = 0
 
     def capture_first_micro(self) -> None:
@@ -164,20 +175,35 @@ class ShardedGradStats(GradStats):
                 self.pending_local = grouped_sq_norms(grads, self._index_for(grads), self._groups)
 
     def add_local(self, buf: Tensor, layout: _ModuleLayout, group: dist.ProcessGroup) -> None:
-        """Fold one module's reduce-scatter buffer (this replica's gradient) into the norms."""
+        """Fold one module's reduce-scatter input (this replica's gradient) into the norms."""
         pre = _predivide_factor(group, buf.dtype, buf.device)
-        if layout.single is not None:
-            sq = flat_sq_norm(buf)
-            self.local_sq[layout.single : layout.single + 1].add_(sq if pre == 1.0 else sq * pre**2)
-        else:
-            rows = buf.view(group.size(), -1)
-            cols = torch.split(rows, layout.sizes, dim=1)
-            keep = [(c, g) for c, g in zip(cols, layout.groups, strict=True) if g >= 0]
-            if keep:
-                index = torch.tensor([g for _, g in keep], dtype=torch.long, device=buf.device)
-                sq = grouped_sq_norms([c for c, _ in keep], index, self._groups)
-                self.local_sq.add_(sq if pre == 1.0 else sq * pre**2)
+        self._fold(self.local_sq, buf.view(group.size(), -1), layout, pre**2)
         self._local_seen += 1
+
+    def add_global(
+        self, out: Tensor, layout: _ModuleLayout, group: dist.ProcessGroup, op: Any
+    ) -> None:
+        """Fold one module's reduce-scatter output (this rank's shard of the replicas' mean,
+        or of their sum when FSDP2 divides afterwards) into the norms, while it is hot."""
+        scale = 1.0
+        if op == dist.ReduceOp.SUM:  # a sum of pre-divided gradients: the mean is its pre/N
+            pre = _predivide_factor(group, out.dtype, out.device)
+            scale = (pre / group.size()) ** 2
+        self._fold(self.global_sq, out.view(1, -1), layout, scale)
+
+    def _fold(self, into: Tensor, rows: Tensor, layout: _ModuleLayout, scale: float) -> None:
+        """Add ``scale`` times the squared norms per group of a buffer laid out as ``rows``
+        of padded shards."""
+        if layout.single is not None:
+            sq = flat_sq_norm(rows)
+            into[layout.single : layout.single + 1].add_(sq if scale == 1.0 else sq * scale)
+            return
+        cols = torch.split(rows, layout.sizes, dim=1)
+        keep = [(c, g) for c, g in zip(cols, layout.groups, strict=True) if g >= 0]
+        if keep:
+            index = torch.tensor([g for _, g in keep], dtype=torch.long, device=rows.device)
+            sq = grouped_sq_norms([c for c, _ in keep], index, self._groups)
+            into.add_(sq if scale == 1.0 else sq * scale)
 
     # ------------------------------------------------------------------ at the optimizer step
 
@@ -196,27 +222,33 @@ class ShardedGradStats(GradStats):
             return
         if not self.measure:
             return
-        g = self._groups
-        present = [p.grad is not None for p in self._params]
-        index = self._group_index if all(present) else self._present_index(present)
-        if grads:
-            global_part = grouped_sq_norms(grads, index if g > 1 else None, g)
-        else:
-            global_part = torch.zeros(g, dtype=torch.float32, device=self.local_sq.device)
-        local = self.local_sq / float(micro * micro)
+        # Both were measured on the buffers of the last micro-step's reduce-scatter, which
+        # hold the micro-steps' sum: divided by their count squared, the norms of means.
+        both = torch.cat([self.local_sq, self.global_sq]).div_(float(micro * micro))
         inv = inv_scale_sq()
-        if inv is not None:  # measured before the GradScaler unscaled the gradients
-            local = local * inv
+        if inv is not None:  # measured before a loss scaler unscaled the gradients
+            both.mul_(inv.repeat(2) if inv.numel() > 1 else inv)
         if not self._local_seen:  # no buffer measured: void the observation on every rank
-            local = torch.full_like(local, math.nan)
-        both = torch.cat([local, global_part])
-        dist.all_reduce(both)  # one small sum: every rank then holds the same estimate
+            both.fill_(math.nan)
+        # One small sum, so that every rank holds the same estimate. It runs while the optimizer
+        # updates and the next step computes (this step's LR factor was taken from the estimate
+        # before it); the estimate takes it in at ``complete``, which the wrapper calls before
+        # the next LR factor, the loader's batch-size choice or a checkpoint reads it.
+        work = dist.all_reduce(both, async_op=True)
+        self._pending = (work, both, batch)
+
+    def complete(self) -> None:
+        """Fold the last measured step's summed norms into the estimate (a no-op when none is
+        pending). The same program point on every rank, so all ranks hold one estimate."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        work, both, batch = pending
+        work.wait()
+        g = self._groups
         local_sum, global_sq = both[:g], both[g:]
         m = batch / self.world_size  # samples behind one replica's local gradient
         if m < batch:
             self.gns.update(local_sum, m, global_sq, batch, local_scale=1.0 / self.world_size)
         self.gns.publish()
 
-    def _present_index(self, present: list[bool]) -> Tensor:
-        groups = [int(g) for g, ok in zip(self._group_index.tolist(), present, strict=True) if ok]
-        return torch.tensor(groups, dtype=torch.long, device=self._group_index.device)

@@ -143,6 +143,8 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad()
                 dist.all_reduce(loss_sum)
+                if hasattr(net, "settle"):  # sharded: the step's statistics are folded lazily
+                    net.settle()
                 sqr_tr = net.gns.sqr_tr(wait=True)
                 row = {
                     "epoch": epoch,
@@ -156,6 +158,8 @@ def main() -> None:
                 }
                 loss_sum.zero_()
                 out.write(json.dumps(row) + "\n")
+    if hasattr(net, "settle"):
+        net.settle()
     final = full_state(net, model, opt)
     if ctx.rank == 0 and args.out is not None:
         final["gns"] = net.gns.state_dict()
