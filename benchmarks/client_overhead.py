@@ -41,7 +41,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
-
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 

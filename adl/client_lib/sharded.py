@@ -54,6 +54,10 @@ class AdaptiveShardedDataParallel(AdaptiveDataParallel):
     """
 
     _average_on_backward = False  # gradients are averaged at the step, on this rank's shards
+    _declared_min: int | None
+    _budget: int | None
+    _need: MemoryNeed | None
+    _synced: bool
 
     def __init__(
         self,

@@ -146,7 +146,7 @@ class ShardedCheckpointState:
         source = Path(directory) / str(ref["dir"])
         with self._adp.passthrough():  # initializes the optimizer's state with a step
             model_sd, optim_sd = get_state_dict(self._adp._model, self._adp.optimizer)
-        holder = {"model": model_sd, "optim": optim_sd}
+        holder: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         dcp.load(holder, checkpoint_id=str(source))  # each rank reads what its shards cover
         set_state_dict(
             self._adp._model,

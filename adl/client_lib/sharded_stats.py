@@ -24,7 +24,8 @@ Both are taken inside the custom reduce-scatter, on its input and (as it lands, 
 its output. The per-rank partial sums travel in one all-reduce of ``2 x groups`` floats,
 started at the optimizer step and overlapped with the update and the next step's compute: two
 dots per module (over the local gradient and over this rank's shard) and that small sum are
-everything the statistics add; nothing is gathered. A lone replica (world size 1) pairs consecutive steps, as without FSDP.
+everything the statistics add; nothing is gathered. A lone replica (world size 1) pairs
+consecutive steps, as without FSDP.
 
 Not covered: HSDP (2-D meshes: the all-reduce over replicas of a shard would need the local
 norm before it) and a custom ``set_gradient_divide_factor`` (the gradients then are not a mean).
@@ -90,7 +91,9 @@ class _ModuleLayout:
             self.groups = [group_of.get(id(fp.sharded_param), -1) for fp in params]
         distinct = set(self.groups)
         #: the one group every parameter of the module belongs to (the common case: one dot)
-        self.single: int | None = self.groups[0] if len(distinct) == 1 and -1 not in distinct else None
+        self.single: int | None = (
+            self.groups[0] if len(distinct) == 1 and -1 not in distinct else None
+        )
 
 
 class NormingReduceScatter(ReduceScatter):
@@ -218,7 +221,9 @@ class ShardedGradStats(GradStats):
         (averaged, unscaled) gradients of the optimizer's parameters, in its order."""
         if self.world_size == 1:
             # one replica: FSDP's shards are the whole gradients; the DDP-less path applies
-            self.finish_step(grads, micro, float(batch // max(micro, 1)), batch, False, inv_scale_sq)
+            self.finish_step(
+                grads, micro, float(batch // max(micro, 1)), batch, False, inv_scale_sq
+            )
             return
         if not self.measure:
             return
@@ -251,4 +256,3 @@ class ShardedGradStats(GradStats):
         if m < batch:
             self.gns.update(local_sum, m, global_sq, batch, local_scale=1.0 / self.world_size)
         self.gns.publish()
-

@@ -20,7 +20,10 @@ def _shards(root: Path, name: str, payload: bytes) -> dict[str, object]:
     target.mkdir(parents=True)
     (target / "__0_0.distcp").write_bytes(payload)
     (target / ".metadata").write_bytes(b"meta-" + payload)
-    return {"progress": {"steps": len(payload)}, EXTERNAL: {"dir": f"{DCP_ROOT}/{name}", "files": manifest(target)}}
+    return {
+        "progress": {"steps": len(payload)},
+        EXTERNAL: {"dir": f"{DCP_ROOT}/{name}", "files": manifest(target)},
+    }
 
 
 def test_a_corrupted_shard_falls_back_to_the_previous_checkpoint(tmp_path: Path) -> None:
