@@ -85,7 +85,8 @@ class _ModuleLayout:
             self.sizes: list[int] = []
             self.groups: list[int] = []
         else:
-            params = param_group.fsdp_params
+            # FSDP2 reduces the parameters that have gradients: frozen ones never do
+            params = [fp for fp in param_group.fsdp_params if fp.sharded_param.requires_grad]
             self.sizes = [fp.padded_sharded_param_size.numel() for fp in params]
             # -1: a parameter the optimizer does not update (left out of the norms)
             self.groups = [group_of.get(id(fp.sharded_param), -1) for fp in params]
@@ -200,6 +201,11 @@ class ShardedGradStats(GradStats):
         if layout.single is not None:
             sq = flat_sq_norm(rows)
             into[layout.single : layout.single + 1].add_(sq if scale == 1.0 else sq * scale)
+            return
+        if sum(layout.sizes) != rows.shape[1]:
+            # a parameter without a gradient this step (unused in forward) is not in the
+            # buffer: its layout is unknown, so this step's observation is void on every rank
+            into.fill_(math.nan)
             return
         cols = torch.split(rows, layout.sizes, dim=1)
         keep = [(c, g) for c, g in zip(cols, layout.groups, strict=True) if g >= 0]
