@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
 from adl.client_lib.grad_stats import GradStats
@@ -42,6 +44,22 @@ log = logging.getLogger(__name__)
 
 #: bound on a declared memory budget (1 PiB): anything larger is a unit mistake
 _MAX_BUDGET = 1 << 50
+
+
+def job_mesh(device_type: str | None = None) -> DeviceMesh:
+    """A 1-D device mesh over the job's replicas, for ``fully_shard(..., mesh=...)``.
+
+    Call it after :func:`adl.init_process_group`. A job scaled down to one replica runs
+    standalone, without a process group, but FSDP2 and DCP need one: a single-process group is
+    made for it then, so the same script runs at every size.
+    """
+    cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"
+    kind = device_type or ("cuda" if cuda else "cpu")
+    if not dist.is_initialized():
+        dist.init_process_group(
+            "nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1
+        )
+    return init_device_mesh(kind, (dist.get_world_size(),))
 
 
 class AdaptiveShardedDataParallel(AdaptiveDataParallel):

@@ -22,7 +22,6 @@ import torch.distributed as dist
 from client_worker import Indexed
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import checkpoint
 
@@ -56,7 +55,7 @@ def build(args: argparse.Namespace) -> nn.Module:
 
 
 def shard(model: nn.Module, args: argparse.Namespace) -> nn.Module:
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    mesh = adl.job_mesh("cpu")
     kw: dict[str, Any] = {"mesh": mesh}
     if args.bf16:
         kw["mp_policy"] = MixedPrecisionPolicy(
@@ -142,7 +141,8 @@ def main() -> None:
             if ctx.is_sync_step:
                 opt.step()
                 opt.zero_grad()
-                dist.all_reduce(loss_sum)
+                if dist.is_initialized():
+                    dist.all_reduce(loss_sum)
                 if hasattr(net, "settle"):  # sharded: the step's statistics are folded lazily
                     net.settle()
                 sqr_tr = net.gns.sqr_tr(wait=True)

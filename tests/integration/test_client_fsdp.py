@@ -187,3 +187,26 @@ def test_gradient_accumulation_averages_the_micro_steps(tmp_path: Path) -> None:
     # the local gradient is the replica's whole accumulated one: the estimate is positive
     sqr, tr = rows[-1]["sqr_tr"]
     assert sqr[0] > 0 and tr[0] > 0
+
+
+def test_one_replica_runs_standalone_and_grows_to_two(tmp_path: Path) -> None:
+    """Scaled down to one replica, a sharded job runs without a process group of its own
+    (``adl.job_mesh`` makes a single-process one); its noise estimate then takes the
+    single-replica path (the first micro-batch against the step's mean), equal to DDP's."""
+    args = ("--b0", "4", "--batch", "8", "--autoscale", "8", "--local-max", "2")
+    grown, alone = tmp_path / "grown", tmp_path / "alone"
+    assert _run(1, grown, *args, "--stop-at", "6") == [143]
+    assert _run(2, grown, *args) == [0, 0]
+    assert _run(1, alone, *args, "--replicated", "--stop-at", "6") == [143]
+    rows, replicated = _rows(grown), _rows(alone)
+    assert [r["world"] for r in rows[:7]] == [1] * 7 and {r["world"] for r in rows[7:]} == {2}
+    assert {r["accum"] for r in rows[:7]} == {3}  # 8 samples in micro-batches of 2
+    for a, b in zip(rows[:7], replicated, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        (sqr_a, tr_a), (sqr_b, tr_b) = a["sqr_tr"], b["sqr_tr"]
+        assert [*sqr_a, *tr_a] == pytest.approx([*sqr_b, *tr_b], rel=1e-4)
+    (directory,) = sorted((grown / "ckpt" / "adl-dcp").iterdir())
+    dcp_to_torch_save(directory, tmp_path / "flat.pt")
+    on_disk, restored = _load(tmp_path / "flat.pt"), _load(grown / "rec" / "restored-2.pt")
+    _assert_close_states(restored["params"], on_disk["model"], exact=True)
+    _assert_close_states(restored["optim"], on_disk["optim"]["state"], exact=True)
