@@ -15,6 +15,8 @@ _LAZY = {
     "init_process_group": "adl.client_lib.env",
     "AdaptiveDataLoader": "adl.client_lib.data",
     "AdaptiveDataParallel": "adl.client_lib.parallel",
+    "AdaptiveShardedDataParallel": "adl.client_lib.sharded",
+    "job_mesh": "adl.client_lib.sharded",
     "remaining_epochs_until": "adl.client_lib.epoch",
     "current_epoch": "adl.client_lib.epoch",
     "Accumulator": "adl.client_lib.accumulator",

@@ -148,6 +148,12 @@ class Hints(_Model):
     restart_cost_s: float | None = Field(
         default=None, ge=0, le=MAX_RESTART_COST_S, description="seconds a restart costs the job"
     )
+    #: fewest replicas the job's sharded model, gradients and optimizer state fit in (declared
+    #: by the user or derived from their bytes and the device memory); the scheduler never runs
+    #: the job on fewer
+    min_replicas: int | None = Field(
+        default=None, ge=1, le=MAX_REPLICAS, description="fewest replicas the job fits in memory"
+    )
 
     @field_validator("local_bsz_bounds")
     @classmethod

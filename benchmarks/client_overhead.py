@@ -16,6 +16,11 @@ norms, noise-estimate update, LR scaling, step profiling. On a GPU machine with 
     .venv/bin/python benchmarks/client_overhead.py --model cnn --batch 16   # a small CNN
     .venv/bin/python benchmarks/client_overhead.py --stats-interval 4   # statistics every 4 steps
     python benchmarks/client_overhead.py --device cuda --backend nccl --nproc 1   # GPU machine
+    .venv/bin/python benchmarks/client_overhead.py --sharded   # FSDP2: ASDP against plain FSDP2
+
+``--sharded`` shards every layer with FSDP2's ``fully_shard``; the baseline is then plain FSDP2
+and the adaptive variant AdaptiveShardedDataParallel (noise statistics from the reduce-scatter
+buffers and the local shards, one small all-reduce per step), all else as above.
 """
 
 from __future__ import annotations
@@ -36,8 +41,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
 
 from adl.client_lib.parallel import AdaptiveDataParallel
+from adl.client_lib.sharded import AdaptiveShardedDataParallel
 
 
 def build_model(args: argparse.Namespace) -> nn.Module:
@@ -68,16 +76,25 @@ class Variant:
     def __init__(self, kind: str, args: argparse.Namespace, device: torch.device) -> None:
         self.device = device
         model = build_model(args).to(device)
+        if args.sharded:  # every layer with parameters its own FSDP2 unit, then the root
+            mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+            for layer in model:
+                if any(True for _ in layer.parameters()):
+                    fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
         self.opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         self.wrapped: nn.Module
         if kind == "adp":
-            self.wrapped = AdaptiveDataParallel(
+            wrapper = AdaptiveShardedDataParallel if args.sharded else AdaptiveDataParallel
+            self.wrapped = wrapper(
                 model,
                 self.opt,
                 init_batch_size=args.batch,
                 report=False,
                 stats_interval=args.stats_interval,
             )
+        elif args.sharded:  # plain FSDP2 ("ddp" names the baseline in every mode)
+            self.wrapped = model
         elif dist.get_world_size() > 1:  # "ddp", or "control": a second, identical DDP
             self.wrapped = nn.parallel.DistributedDataParallel(model)
         else:
@@ -201,6 +218,7 @@ def summarize(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[st
                 "threads",
                 "control",
                 "stats_interval",
+                "sharded",
             )
         },
         "torch": torch.__version__,
@@ -221,7 +239,8 @@ def print_table(result: dict[str, Any]) -> None:
             else ""
         )
     )
-    head = f"{'repeat':>6} | {'DDP ms/step':>11} | {'ADP ms/step':>11} | {'overhead %':>10}"
+    base, ours = ("FSDP2", "ASDP") if cfg["sharded"] else ("DDP", "ADP")
+    head = f"{'repeat':>6} | {base + ' ms/step':>11} | {ours + ' ms/step':>11} | {'overhead %':>10}"
     print(head + f" | {'CPU-time %':>10} | {'best-chunk %':>12} | {'control %':>9}")
     print("-" * 87)
     control = result["control_pct_per_repeat"] or [float("nan")] * len(result["ddp_step_ms"])
@@ -248,7 +267,7 @@ def print_table(result: dict[str, Any]) -> None:
     )
     print(
         "overhead: median over repeats of the median ratio of adjacent chunks; control: the "
-        "same for DDP against an identical DDP (the measurement's noise floor)"
+        f"same for {base} against an identical {base} (the measurement's noise floor)"
     )
 
 
@@ -277,6 +296,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         dest="control",
         action="store_false",
         help="skip the DDP-against-DDP control (it shows the noise floor of a shared machine)",
+    )
+    parser.add_argument(
+        "--sharded",
+        action="store_true",
+        help="FSDP2 (fully_shard per layer): AdaptiveShardedDataParallel against plain FSDP2",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = parser.parse_args(argv)

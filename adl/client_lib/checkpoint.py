@@ -40,6 +40,10 @@ PREVIOUS = "adl-checkpoint.prev.pt"
 #: the sidecar beside a checkpoint: ``{"sha256": hex, "bytes": size}`` of its file
 DIGEST_SUFFIX = ".sha256"
 FORMAT = 1
+#: key of a state whose bulk lives in files beside the checkpoint (a sharded job's DCP
+#: directory): ``{"dir": path relative to the checkpoint directory, "files": {relative path:
+#: {"sha256": hex, "bytes": size}}}``, checked when the checkpoint loads
+EXTERNAL = "external_files"
 _TMP_PREFIX = ".adl-checkpoint-"
 _TMP_SUFFIX = ".tmp"
 
@@ -279,8 +283,35 @@ def _load_verified(path: Path) -> tuple[dict[str, Any], float | None]:
     states = payload.get("states")
     if not isinstance(states, dict):
         raise CheckpointError(f"{path} has no states")
+    verify_external(path.parent, states)
     saved_at = payload.get(SAVED_AT)
     return states, float(saved_at) if isinstance(saved_at, (int, float)) else None
+
+
+def verify_external(directory: Path, states: dict[str, Any]) -> None:
+    """Check the files that states keep beside the checkpoint (``EXTERNAL``) against the digests
+    recorded when it was written; CheckpointError (so: the previous checkpoint) if one differs.
+    Reads them once more (sha256 runs at disk speed); a sharded load reads them anyway."""
+    for name, state in states.items():
+        ref = state.get(EXTERNAL) if isinstance(state, dict) else None
+        if ref is None:
+            continue
+        try:
+            base = (directory / str(ref["dir"])).resolve()
+            files = dict(ref["files"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"state {name!r} has a malformed file list ({err})") from err
+        if not base.is_relative_to(directory.resolve()) or not files:
+            raise CheckpointError(f"state {name!r} refers to files outside {directory}")
+        for rel, want in files.items():
+            path = (base / rel).resolve()
+            if not path.is_relative_to(base) or not path.is_file():
+                raise CheckpointError(f"state {name!r}: {base / rel} is missing")
+            if _file_digest(path) != (str(want["sha256"]), int(want["bytes"])):
+                raise CheckpointError(
+                    f"state {name!r}: {path} is corrupted (its sha256 or size differs from the "
+                    "ones recorded when it was written)"
+                )
 
 
 def save(ctx: JobContext) -> Path | None:

@@ -120,6 +120,11 @@ class AdaptiveDataParallel(nn.Module):
     """Data-parallel training that adapts its learning rate to the batch size it is given."""
 
     _model: nn.Module
+    #: whether a lone replica averages accumulated gradients as the last backward ends
+    #: (else at the optimizer step)
+    _average_on_backward = True
+    #: while set, optimizer.step() is the optimizer's own: no statistics, LR factor or progress
+    _passthrough = False
 
     def __init__(
         self,
@@ -188,28 +193,9 @@ class AdaptiveDataParallel(nn.Module):
         # counted them (None when a batch did not come from one): the same on every rank.
         self._cycle_samples: int | None = None
         self._cycle_first: int | None = None
-        self._stats = GradStats(
-            self._params, groups, self._groups, self.gns, self.world_size, int(stats_interval)
-        )
+        self._stats = self._make_stats(groups, int(stats_interval))
         self._averager = MicroAverager(self._params, lambda: self._micro)
-
-        if self.world_size > 1:
-            # Gradients as views of the communication buckets: DDP then skips copying them in
-            # and out of the buckets, which pays for the passes the noise statistics need
-            # (with a comm hook, DDP can no longer fold the 1/K scaling into that copy).
-            ddp_kwargs.setdefault("gradient_as_bucket_view", True)
-            self.module: nn.Module = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
-            # When DDP holds every parameter the optimizer updates, the hook's scaling pass can
-            # also average over the micro-steps (one pass less per accumulating step).
-            reduced = getattr(self.module, "_module_parameters", None)  # without DDP's ignored
-            in_ddp = {id(p) for p in (model.parameters() if reduced is None else reduced)}
-            self._stats.fold_micro = all(id(p) in in_ddp for p in self._params)
-            # DDP inspects hook annotations, which postponed evaluation turns into strings.
-            self.module.register_comm_hook(
-                None, lambda state, bucket: self._stats.comm_hook(bucket, max(self._micro, 1))
-            )
-        else:
-            self.module = model
+        self.module: nn.Module = self._wrap(model, ddp_kwargs)
         self._warned_mid_step = False
         self._loader_claimed = False
         self.__dict__["_model"] = model  # reachable, but not a second registered submodule
@@ -226,6 +212,32 @@ class AdaptiveDataParallel(nn.Module):
                 if hooks is not None:
                     hooks.append(self._final_report)
         self._register_goodput_provider()
+
+    def _make_stats(self, groups: list[int], stats_interval: int) -> GradStats:
+        """The collector of the gradient norms behind the noise estimate."""
+        return GradStats(
+            self._params, groups, self._groups, self.gns, self.world_size, stats_interval
+        )
+
+    def _wrap(self, model: nn.Module, ddp_kwargs: dict[str, Any]) -> nn.Module:
+        """The module that runs forward: DDP with the statistics' comm hook over replicas."""
+        if self.world_size > 1:
+            # Gradients as views of the communication buckets: DDP then skips copying them in
+            # and out of the buckets, which pays for the passes the noise statistics need
+            # (with a comm hook, DDP can no longer fold the 1/K scaling into that copy).
+            ddp_kwargs.setdefault("gradient_as_bucket_view", True)
+            ddp = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
+            # When DDP holds every parameter the optimizer updates, the hook's scaling pass can
+            # also average over the micro-steps (one pass less per accumulating step).
+            reduced = getattr(ddp, "_module_parameters", None)  # without DDP's ignored
+            in_ddp = {id(p) for p in (model.parameters() if reduced is None else reduced)}
+            self._stats.fold_micro = all(id(p) in in_ddp for p in self._params)
+            # DDP inspects hook annotations, which postponed evaluation turns into strings.
+            ddp.register_comm_hook(
+                None, lambda state, bucket: self._stats.comm_hook(bucket, max(self._micro, 1))
+            )
+            return ddp
+        return model
 
     @property
     def stats_interval(self) -> int:
@@ -281,16 +293,24 @@ class AdaptiveDataParallel(nn.Module):
         self._micro += 1
         self._new_cycle = sync
         if self.world_size > 1 and not sync:
-            ddp = self.module
-            assert isinstance(ddp, nn.parallel.DistributedDataParallel)
-            with ddp.no_sync():
-                return ddp(*args, **kwargs)
-        out = self.module(*args, **kwargs)
-        if sync and self._micro > 1 and self.world_size == 1:
+            return self._forward_unsynced(*args, **kwargs)
+        out = self._forward_synced(*args, **kwargs)
+        if sync and self._micro > 1 and self.world_size == 1 and self._average_on_backward:
             # the last micro-step of an accumulating step alone (with several replicas the
             # comm hook averages, and a callback here would race with its all-reduce)
             out = on_backward_end(out, self._averager)
         return out
+
+    def _forward_unsynced(self, *args: Any, **kwargs: Any) -> Any:
+        """A micro-step whose backward accumulates gradients locally (no communication)."""
+        ddp = self.module
+        assert isinstance(ddp, nn.parallel.DistributedDataParallel)
+        with ddp.no_sync():
+            return ddp(*args, **kwargs)
+
+    def _forward_synced(self, *args: Any, **kwargs: Any) -> Any:
+        """The last micro-step of an optimizer step: its backward reduces the gradients."""
+        return self.module(*args, **kwargs)
 
     def _count_loader_samples(self) -> None:
         """Take the job-wide size of this micro-batch from the data loader that handed it out.
@@ -337,6 +357,8 @@ class AdaptiveDataParallel(nn.Module):
         return scale.double().reciprocal().square().float()
 
     def _optimizer_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._passthrough:  # a library's own step (e.g. DCP initializing optimizer state)
+            return original(*args, **kwargs)
         if not self._new_cycle and not self._warned_mid_step:
             # The last forward was a micro-batch before the step's last: stepping now updates on
             # part of the batch and counts it as a whole step (progress, LR schedule).
@@ -363,6 +385,20 @@ class AdaptiveDataParallel(nn.Module):
         group_stats: list[GradParams | None] = list(stats) if stats else [None] * self._groups
         factors = self.scaling_rule.factors(scale, group_stats, self.progress)
         gain = adascale_gain(scale, self.gns.grad_params(b0))
+        self._finish_gradients(micro, m, batch)
+        with scaled_lrs(self.optimizer, factors):
+            result = original(*args, **kwargs)
+        self._last_factors = list(factors)
+        self._last_gain = gain
+        self.progress.advance(gain, batch)
+        self._scheduler.catch_up(self.progress.progress)
+        if self._tensorboard is not None:
+            self._tensorboard.after_step(self, batch, local, micro)
+        return result
+
+    def _finish_gradients(self, micro: int, m: float, batch: int) -> None:
+        """Average the step's gradients over its micro-steps and fold its norms into the noise
+        estimate (``m``: samples behind one local gradient; ``batch``: the step's samples)."""
         measure = self._stats.measure
         hooked = self.world_size > 1 and self._stats.synced
         folded = hooked and self._stats.fold_micro  # the hook already averaged the micro-steps
@@ -373,15 +409,6 @@ class AdaptiveDataParallel(nn.Module):
             if micro > 1 and not folded and grads and not self._averager.averaged:
                 torch._foreach_mul_(grads, 1.0 / micro)
         self._stats.finish_step(grads, micro, m, batch, folded, self._inv_scale_sq)
-        with scaled_lrs(self.optimizer, factors):
-            result = original(*args, **kwargs)
-        self._last_factors = list(factors)
-        self._last_gain = gain
-        self.progress.advance(gain, batch)
-        self._scheduler.catch_up(self.progress.progress)
-        if self._tensorboard is not None:
-            self._tensorboard.after_step(self, batch, local, micro)
-        return result
 
     # ------------------------------------------------------------------ what others read
 
@@ -431,7 +458,12 @@ class AdaptiveDataParallel(nn.Module):
             local_bsz=local,
             accum_steps=accum,
             restart_cost_s=_restart_cost(ctx),
+            min_replicas=self._min_replicas(),
         )
+
+    def _min_replicas(self) -> int | None:
+        """Fewest replicas the job fits in memory; None: any count (a replicated model)."""
+        return None
 
     def _loader_config(self) -> tuple[int | None, int | None]:
         """The data loader's (micro-batch, accumulation steps), (None, None) without one."""

@@ -8,20 +8,23 @@ if TYPE_CHECKING:
     from adl.client_lib.parallel import AdaptiveDataParallel
 
 
-def adaptive_state_dict(adp: AdaptiveDataParallel) -> dict[str, Any]:
-    """Everything to resume: model, optimizer, scheduler, scaler, statistics, progress."""
+def adaptive_state_dict(adp: AdaptiveDataParallel, with_weights: bool = True) -> dict[str, Any]:
+    """Everything to resume: model, optimizer, scheduler, scaler, statistics, progress
+    (``with_weights=False``: all but the model and the optimizer, which a sharded job saves
+    through DCP)."""
     adp.gns.publish()
     if adp._tensorboard is not None:  # the scalars so far reach the disk with the checkpoint
         adp._tensorboard.checkpoint(adp)
     state: dict[str, Any] = {
-        "model": adp._model.state_dict(),
-        "optimizer": adp.optimizer.state_dict(),
         "gns": adp.gns.state_dict(),
         "progress": adp.progress.state_dict(),
         "profile": adp.profile.state_dict(),
         "init_batch_size": adp._init_batch_size,
         "sched_ticks": adp._scheduler.ticks,
     }
+    if with_weights:
+        state["model"] = adp._model.state_dict()
+        state["optimizer"] = adp.optimizer.state_dict()
     if adp.lr_scheduler is not None:
         state["lr_scheduler"] = adp.lr_scheduler.state_dict()
     if adp.grad_scaler is not None:
@@ -29,9 +32,12 @@ def adaptive_state_dict(adp: AdaptiveDataParallel) -> dict[str, Any]:
     return state
 
 
-def load_adaptive_state_dict(adp: AdaptiveDataParallel, state: dict[str, Any]) -> None:
-    adp._model.load_state_dict(state["model"])
-    adp.optimizer.load_state_dict(state["optimizer"])
+def load_adaptive_state_dict(
+    adp: AdaptiveDataParallel, state: dict[str, Any], with_weights: bool = True
+) -> None:
+    if with_weights:
+        adp._model.load_state_dict(state["model"])
+        adp.optimizer.load_state_dict(state["optimizer"])
     adp.gns.load_state_dict(state["gns"])
     adp.progress.load_state_dict(state["progress"])
     adp.profile.load_state_dict(state["profile"])

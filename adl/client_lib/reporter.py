@@ -32,6 +32,7 @@ from adl.models import (
     MAX_EPOCH,
     MAX_GOODPUT,
     MAX_PROGRESS,
+    MAX_REPLICAS,
     MAX_RESTART_COST_S,
     GradParamsModel,
     Hints,
@@ -118,6 +119,7 @@ def build_hints(
     goodput: float | None = None,
     epoch: int | None = None,
     restart_cost_s: float | None = None,
+    min_replicas: int | None = None,
 ) -> Hints:
     """The wire model from the library's own types (pure). Statistics that are not finite
     (a diverged run: NaN gradients) are left out rather than fail the report, and so is a
@@ -159,6 +161,9 @@ def build_hints(
         restart_cost_s=restart_cost_s
         if restart_cost_s is not None and 0 <= restart_cost_s <= MAX_RESTART_COST_S
         else None,
+        # a need beyond the model's bound is reported as the bound: the job still fits nowhere
+        # smaller, and a report the API refuses would drop the rest of the hints
+        min_replicas=min(int(min_replicas), MAX_REPLICAS) if min_replicas else None,
     )
 
 

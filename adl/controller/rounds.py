@@ -18,7 +18,12 @@ import numpy as np
 
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.decisions import Decision, explain
-from adl.sched.hints import goodput_from_hints, remaining_seconds, speedup_from_hints
+from adl.sched.hints import (
+    goodput_from_hints,
+    min_replicas_from_hints,
+    remaining_seconds,
+    speedup_from_hints,
+)
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, SpeedupFn
 
 #: Restart cost assumed before a job has measured its own (seconds).
@@ -122,7 +127,7 @@ def job_info(
     return JobInfo(
         name=record.key,
         speedup=speedup,
-        min_replicas=spec.min_replicas,
+        min_replicas=min_replicas_from_hints(spec.min_replicas, hints),
         max_replicas=spec.max_replicas,
         weight=spec.weight,
         age_s=max((now - record.created).total_seconds(), 0.0),

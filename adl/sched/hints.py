@@ -55,3 +55,11 @@ def remaining_seconds(hints: Hints | None, speedup: SpeedupFn | None = None) -> 
         else float(fn.optimize(1, 1).goodput[0])
     )
     return left / rate if rate > 0 else None
+
+
+def min_replicas_from_hints(declared: int, hints: Hints | None) -> int:
+    """The fewest replicas the policy may give a running job: the spec's ``minReplicas`` or,
+    when larger, the number its sharded model needs to fit in memory (reported in the hints).
+    Running it on fewer would only fail with out-of-memory at its first step."""
+    need = hints.min_replicas if hints is not None and hints.min_replicas else 0
+    return max(int(declared), int(need))

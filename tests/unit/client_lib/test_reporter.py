@@ -384,3 +384,9 @@ def test_a_changed_batch_is_reported_at_once(server: _Recorder) -> None:
     finally:
         reporter.stop()
     assert built == 2
+
+
+def test_a_memory_minimum_is_reported_and_bounded() -> None:
+    assert build_hints(init_batch_size=32, min_replicas=3).wire()["minReplicas"] == 3
+    assert build_hints(init_batch_size=32).min_replicas is None  # a replicated model
+    assert build_hints(init_batch_size=32, min_replicas=10**6).min_replicas == 4096

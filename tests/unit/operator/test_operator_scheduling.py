@@ -154,3 +154,10 @@ def test_plan_with_the_real_policy() -> None:
             used[n] = used.get(n, 0) + 1
     assert all(used[n.name] <= n.gpus for n in nodes if n.name in used)
     assert all(1 <= len(result.allocation[f"ns/j{i}"]) <= 4 for i in range(3))
+
+
+def test_a_sharded_jobs_memory_minimum_raises_its_min_replicas() -> None:
+    """The hints' minReplicas (what the job fits in) reaches the policy as its minimum."""
+    body = job("a", "2026-01-01T00:00:00Z", hints={"initBatchSize": 32, "minReplicas": 3})
+    (record,) = job_records([body])
+    assert job_info(record, NOW).min_replicas == 3

@@ -1,0 +1,158 @@
+"""Checkpoints of a sharded (FSDP2) job: model and optimizer through torch.distributed.checkpoint.
+
+No rank holds the whole model, so the adl checkpoint file (written by rank 0, see
+:mod:`adl.client_lib.checkpoint`) cannot carry it. Instead every rank writes its shards with DCP
+into a fresh directory ``adl-dcp/<name>`` beside the file, at the collective point before rank 0
+writes (``prepare_checkpoint``); the file then records that directory and the sha256 and size of
+every file in it. DCP stores each tensor with its global shape and offsets, so a checkpoint
+written at N ranks loads at M: ``dcp.load`` reads, for each rank, the parts of the saved shards
+that its new shards cover (a resharding read, no full copy on any rank).
+
+Crash safety is the file's: a directory is only referenced once it is complete (DCP's save
+returns on rank 0 after every rank wrote and the metadata is down), and the reference commits
+with the file's atomic rename. A save killed half-way leaves an unreferenced directory, swept
+at the next save; the checkpoint before the last one (``adl-checkpoint.prev.pt``) keeps its own
+directory, so the fall-back to it (a torn or corrupted file, or a DCP file whose digest no longer
+matches: :func:`adl.client_lib.checkpoint.verify_external`) restores a complete set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from adl.client_lib import checkpoint, parallel_state
+
+if TYPE_CHECKING:
+    from adl.client_lib.sharded import AdaptiveShardedDataParallel
+
+log = logging.getLogger(__name__)
+
+#: the folder, beside the checkpoint file, that holds the DCP directories
+DCP_ROOT = "adl-dcp"
+_CHUNK = 1 << 20
+
+
+def _digest(path: Path) -> dict[str, Any]:
+    sha, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            sha.update(chunk)
+            size += len(chunk)
+    return {"sha256": sha.hexdigest(), "bytes": size}
+
+
+def manifest(directory: Path) -> dict[str, dict[str, Any]]:
+    """sha256 and size of every file under ``directory``, by relative path."""
+    return {
+        str(p.relative_to(directory)): _digest(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _referenced(directory: Path) -> set[str]:
+    """DCP directories the current and the previous checkpoint files refer to."""
+    names: set[str] = set()
+    for path in (checkpoint.checkpoint_path(directory), checkpoint.previous_path(directory)):
+        if not path.exists():
+            continue
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+            for state in payload.get("states", {}).values():
+                ref = state.get(checkpoint.EXTERNAL) if isinstance(state, dict) else None
+                if isinstance(ref, dict) and isinstance(ref.get("dir"), str):
+                    names.add(Path(ref["dir"]).name)
+        except Exception:  # unreadable: nothing it refers to can be trusted to be needed
+            continue
+    return names
+
+
+def sweep(directory: Path) -> None:
+    """Delete DCP directories no checkpoint file refers to (saves killed half-way, and the
+    directory of the checkpoint that the last save pushed out of the ``.prev`` slot)."""
+    root = directory / DCP_ROOT
+    if not root.is_dir():
+        return
+    keep = _referenced(directory)
+    for child in root.iterdir():
+        if child.is_dir() and child.name not in keep:
+            shutil.rmtree(child, ignore_errors=True)
+
+
+class ShardedCheckpointState:
+    """Checkpoint registry entry of :class:`AdaptiveShardedDataParallel`."""
+
+    def __init__(self, adp: AdaptiveShardedDataParallel) -> None:
+        self._adp = adp
+        self.name = adp.name
+        self._saved: dict[str, Any] | None = None  # the DCP reference of the save under way
+
+    # ------------------------------------------------------------------ save (every rank)
+
+    def prepare_checkpoint(self) -> None:
+        """Collective: every rank writes its shards into one new DCP directory."""
+        ctx = self._adp._ctx
+        directory = getattr(getattr(ctx, "env", None), "checkpoint_dir", None)
+        self._saved = None
+        self._adp.settle()  # the last step's statistics are in the estimate that is saved
+        if directory is None:
+            return
+        directory = Path(directory)
+        rank0 = self._adp.rank == 0
+        if rank0:
+            sweep(directory)
+        # One name for every rank (rank 0's clock), unique across restarts of the job.
+        names = [f"{time.time_ns():020d}-s{self._adp.progress.steps:09d}" if rank0 else None]
+        if self._adp.world_size > 1:
+            dist.broadcast_object_list(names, src=0, group=getattr(ctx, "cpu_group", None))
+        target = directory / DCP_ROOT / str(names[0])
+        with self._adp.passthrough():  # may initialize the optimizer's state with a step
+            model_sd, optim_sd = get_state_dict(self._adp._model, self._adp.optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(target))
+        if rank0:  # dcp.save returned on the coordinator: every rank's files are written
+            rel = target.relative_to(directory)
+            self._saved = {"dir": str(rel), "files": manifest(target)}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = parallel_state.adaptive_state_dict(self._adp, with_weights=False)
+        if self._saved is None:
+            raise RuntimeError(
+                "a sharded checkpoint needs the job's checkpoint directory (ADL_CHECKPOINT_DIR) "
+                "and a collective save (adl's checkpoint.save), not a state_dict() on one rank"
+            )
+        state[checkpoint.EXTERNAL] = dict(self._saved)
+        return state
+
+    # ------------------------------------------------------------------ load (every rank)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ref = state.get(checkpoint.EXTERNAL)
+        ctx = self._adp._ctx
+        directory = getattr(getattr(ctx, "env", None), "checkpoint_dir", None)
+        if not isinstance(ref, dict) or directory is None:
+            raise checkpoint.CheckpointError(
+                f"checkpoint state {self.name!r} has no sharded model to restore"
+            )
+        source = Path(directory) / str(ref["dir"])
+        with self._adp.passthrough():  # initializes the optimizer's state with a step
+            model_sd, optim_sd = get_state_dict(self._adp._model, self._adp.optimizer)
+        holder: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
+        dcp.load(holder, checkpoint_id=str(source))  # each rank reads what its shards cover
+        set_state_dict(
+            self._adp._model,
+            self._adp.optimizer,
+            model_state_dict=holder["model"],
+            optim_state_dict=holder["optim"],
+        )
+        parallel_state.load_adaptive_state_dict(self._adp, state, with_weights=False)
+        log.info("restored the sharded model and optimizer from %s", source)
