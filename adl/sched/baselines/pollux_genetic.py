@@ -74,22 +74,26 @@ def crossover(parents_a: Pop, parents_b: Pop, rng: np.random.Generator) -> Pop:
 
 
 def mutate(pop: Pop, problem: PolluxProblem, rng: np.random.Generator) -> Pop:
-    pop = pop.copy()
     size, jobs, nodes = pop.shape
     reset = rng.random((size, jobs)) < 0.1
     pop = np.where(reset[..., None], problem.base[None], pop)
-    thin = np.where(rng.random((size, jobs)) < 0.1, 0.1, 0.0)
-    pop[rng.random(pop.shape) < thin[..., None]] = 0
+    thin = rng.random((size, jobs)) < 0.1
+    if thin.any():
+        rows = pop[thin]
+        rows[rng.random(rows.shape) < 0.1] = 0
+        pop[thin] = rows
     gpr = problem.gpus_per_replica[None, :, None]
     free = problem.node_gpus[None, :] - (pop * gpr).sum(axis=1)  # (P, N)
     fits = free[:, None, :] >= gpr  # (P, J, N)
     p_any = fits / np.maximum(fits.sum(axis=1, keepdims=True), 1)
     on = fits & (pop > 0)
     p_on = on / np.maximum(on.sum(axis=1, keepdims=True), 1)
-    grow = rng.random(pop.shape) < p_any + p_on - p_any * p_on
-    upper = np.broadcast_to(problem.per_node_max[None], pop.shape)
-    target = rng.integers(np.minimum(pop, upper), upper + 1)
-    return np.where(grow, target, pop)
+    grow = np.nonzero(rng.random(pop.shape) < p_any + p_on - p_any * p_on)
+    # a uniformly random count between the current one and the node's capacity
+    upper = problem.per_node_max[grow[1], grow[2]]
+    low = np.minimum(pop[grow], upper)
+    pop[grow] = low + (rng.random(len(low)) * (upper - low + 1)).astype(np.int64)
+    return pop
 
 
 def repair(pop: Pop, problem: PolluxProblem, rng: np.random.Generator) -> Pop:
@@ -99,12 +103,19 @@ def repair(pop: Pop, problem: PolluxProblem, rng: np.random.Generator) -> Pop:
     distributed = np.count_nonzero(pop, axis=2) > 1
     on_node = (pop > 0) & distributed[..., None]
     pop = np.where(np.cumsum(on_node, axis=1) > 1, 0, pop)
-    # Replica caps, trimmed on randomly ordered nodes (which of a job's nodes it keeps).
-    shuffle = np.argsort(rng.random(pop.shape), axis=2)
-    shuffled = np.take_along_axis(pop, shuffle, axis=2)
-    capped = np.minimum(np.cumsum(shuffled, axis=2), problem.cap[None, :, None])
-    shuffled = np.diff(capped, axis=2, prepend=0)
-    pop = np.take_along_axis(shuffled, np.argsort(shuffle, axis=2), axis=2)
+    # Replica caps, trimmed on randomly ordered nodes (which of a job's nodes it keeps); only
+    # the rows over their cap are shuffled (a sort per row is the costliest step here).
+    over = pop.sum(axis=2) > problem.cap[None, :]
+    if over.any():
+        rows = pop[over]  # (R, N)
+        shuffle = np.argsort(rng.random(rows.shape), axis=1)
+        shuffled = np.take_along_axis(rows, shuffle, axis=1)
+        cap = np.broadcast_to(problem.cap[None, :], over.shape)[over][:, None]
+        shuffled = np.diff(np.minimum(np.cumsum(shuffled, axis=1), cap), axis=1, prepend=0)
+        trimmed = np.empty_like(rows)
+        np.put_along_axis(trimmed, shuffle, shuffled, axis=1)
+        pop = pop.copy()
+        pop[over] = trimmed
     # Node capacity, in job order: earlier jobs keep their GPUs.
     gpr = problem.gpus_per_replica[None, :, None]
     used = np.minimum(np.cumsum(pop * gpr, axis=1), problem.node_gpus[None, None, :])
@@ -120,10 +131,15 @@ def tournament(fitness: NDArray[np.float64], count: int, rng: np.random.Generato
     return np.where(fitness[a] >= fitness[b], a, b)
 
 
-def unique_rows(pop: Pop, fitness: NDArray[np.float64]) -> tuple[Pop, NDArray[np.float64]]:
-    """Drop duplicate individuals (keeps the population diverse), first occurrence kept."""
-    flat = pop.reshape(len(pop), -1)
-    _, first = np.unique(flat, axis=0, return_index=True)
+def unique_rows(
+    pop: Pop, fitness: NDArray[np.float64], weights: NDArray[np.int64]
+) -> tuple[Pop, NDArray[np.float64]]:
+    """Drop duplicate individuals (keeps the population diverse), first occurrence kept.
+
+    Individuals are compared by a random 64-bit linear hash of their entries (``weights``,
+    one per entry; wrapping arithmetic): a sort of P numbers instead of P matrices."""
+    keys = pop.reshape(len(pop), -1) @ weights
+    _, first = np.unique(keys, return_index=True)
     first.sort()
     return pop[first], fitness[first]
 
@@ -140,7 +156,8 @@ def evolve(
     best first, with its fitness."""
     pop = repair(start, problem, rng)
     fit = problem.fitness(pop)
-    pop, fit = unique_rows(pop, fit)
+    weights = rng.integers(-(2**62), 2**62, size=pop[0].size, dtype=np.int64)
+    pop, fit = unique_rows(pop, fit, weights)
     pairs = max(population // 2, 1)
     for _ in range(generations):
         a = pop[tournament(fit, pairs, rng)]
@@ -148,7 +165,7 @@ def evolve(
         children = repair(mutate(crossover(a, b, rng), problem, rng), problem, rng)
         pop = np.concatenate([pop, children])
         fit = np.concatenate([fit, problem.fitness(children)])
-        pop, fit = unique_rows(pop, fit)
+        pop, fit = unique_rows(pop, fit, weights)
         order = np.argsort(-fit, kind="stable")[:population]
         pop, fit = pop[order], fit[order]
     order = np.argsort(-fit, kind="stable")
