@@ -51,7 +51,6 @@ from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
 from adl.sched.sim.traces import default_traces_dir, load_traces  # noqa: E402
 from adl.sched.sim.workload import WorkloadJob, load_workload  # noqa: E402
 
-
 #: the side-by-side default: adl and the four peers it is judged against
 DEFAULT_POLICIES = ("adl", "sia", "pollux", "tiresias", "optimus")
 
@@ -182,9 +181,7 @@ def side_by_side(rows: list[dict[str, Any]], bounds: dict[str, float | None]) ->
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     by = {(r["policy"], r["workload"]): r for r in rows}
-    table = {
-        w: {p: by[(p, w)]["avg_jct_s"] for p in policies if (p, w) in by} for w in workloads
-    }
+    table = {w: {p: by[(p, w)]["avg_jct_s"] for p in policies if (p, w) in by} for w in workloads}
     means: dict[str, dict[str, float | None]] = {}
     for p in policies:
         mine = [r for r in rows if r["policy"] == p]
@@ -233,8 +230,7 @@ def render_side_by_side(view: dict[str, Any]) -> str:
     lines += [head, "-" * len(head)]
     for p in policies:
         lines.append(
-            f"{p:<12}"
-            + "".join(f"{_fmt(means[p][k], spec):>14}" for k, _, spec in MEAN_COLUMNS)
+            f"{p:<12}" + "".join(f"{_fmt(means[p][k], spec):>14}" for k, _, spec in MEAN_COLUMNS)
         )
     return "\n".join(lines)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adl.sched.baselines.pollux_genetic import Pop, PolluxProblem, evolve
+from adl.sched.baselines.pollux_genetic import PolluxProblem, Pop, evolve
 from adl.sched.baselines.speedup_grid import SpeedupGrids
 from adl.sched.types import Allocation, JobInfo, NodeInfo
 

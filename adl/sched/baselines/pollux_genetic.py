@@ -74,7 +74,7 @@ def crossover(parents_a: Pop, parents_b: Pop, rng: np.random.Generator) -> Pop:
 
 
 def mutate(pop: Pop, problem: PolluxProblem, rng: np.random.Generator) -> Pop:
-    size, jobs, nodes = pop.shape
+    size, jobs, _ = pop.shape
     reset = rng.random((size, jobs)) < 0.1
     pop = np.where(reset[..., None], problem.base[None], pop)
     thin = rng.random((size, jobs)) < 0.1

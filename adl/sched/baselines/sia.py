@@ -112,8 +112,8 @@ class SiaPolicy:
             per_node = max(configs[-1][1] // configs[-1][0] // gpr, 1)
             grid = self._grids.grid(job.speedup, nodes, width, per_node)
             goodput = np.zeros(len(configs))
-            idx = np.flatnonzero(valid)
-            goodput[idx] = [grid[min(configs[c][0], replicas[c]), replicas[c]] for c in idx]
+            for c in np.flatnonzero(valid).tolist():
+                goodput[c] = grid[min(configs[c][0], replicas[c]), replicas[c]]
             positive = goodput[valid] > 0
             if not positive.any():
                 return cost
@@ -168,7 +168,7 @@ class SiaPolicy:
     def _solve(self, costs: np.ndarray, config_gpus: np.ndarray, free: int) -> list[int]:
         """Chosen configuration index per job (-1: none), optimal within the MIP gap."""
         s = self.settings
-        jobs, nconf = costs.shape
+        jobs = costs.shape[0]
         if jobs == 0:
             self.last_objective = 0.0
             return []
@@ -210,5 +210,3 @@ def _free_nodes(nodes: Sequence[NodeInfo], pinned: Mapping[str, list[str]]) -> l
         for node in held:
             used[node] = used.get(node, 0) + 1
     return [NodeInfo(n.name, max(n.gpus - used.get(n.name, 0), 0), n.preemptible) for n in nodes]
-
-

@@ -1,9 +1,10 @@
 """Fidelity: the baselines reproduce the published average JCTs within 5%.
 
 This is the check that our simulator implements the traces README's semantics (rounds, restart
-delay, interpolation, epoch accounting) the way the published figures assume. Pollux (its genetic
-search, and its objective solved by adl's optimizer) checks the adaptive side too: goodput, batch-size co-adaptation and
-the jobs' learned models, against the figure adl is measured by."""
+delay, interpolation, epoch accounting) the way the published figures assume. Pollux (its
+genetic search, and its objective solved by adl's optimizer) checks the adaptive side too:
+goodput, batch-size co-adaptation and the jobs' learned models, against the figure adl is
+measured by."""
 
 from __future__ import annotations
 
