@@ -128,3 +128,12 @@ def test_a_short_replay_finishes_every_job() -> None:
     summary = summarize(result)
     assert summary["finished"] == summary["jobs"] == 16
     assert max(sum(t.values()) for _, t in result.timeline) <= 64
+
+
+def test_a_job_without_gpus_is_started_whatever_its_restart_history() -> None:
+    """The restart factor discounts moving away from the configuration a job holds; a job
+    that holds none (waiting, or preempted after many restarts) has nothing to lose, so Sia
+    does not discount it: a factor of 0 must not keep it waiting forever."""
+    waiting = job("w", 0, speedup=amdahl(0.0), age_s=300.0, restarts=10, restart_cost_s=30.0)
+    assert restart_factor(waiting) == 0.0
+    assert counts(SiaPolicy().optimize([waiting], [NodeInfo("n0", 2)], {})) == {"w": 2}
