@@ -14,8 +14,8 @@ job's goodput at configuration c, normalized per job so its smallest valid confi
 (the row normalization that makes jobs of any speed comparable), capped at the job's replica
 limit and at twice the replicas it has profiled. A job that has no goodput model yet
 (it has not run: the linear prior) is offered one GPU only: Sia bootstraps on the smallest
-configuration and lets the model grow from what the job measures. Configurations other than
-the job's current one have their goodput scaled by the restart factor
+configuration and lets the model grow from what the job measures. For a job that holds a
+configuration, every other one has its goodput scaled by the restart factor
 ``max(T - S * r, 0) / (T + r)`` (age ``T``, restarts so far ``S``, the job's own measured
 restart cost ``r`` from :attr:`JobInfo.restart_cost_s`), except for jobs younger than ``r``;
 ``G^p`` is capped at 3000 (a factor of 0 makes every move infinitely costly). Non-preemptible
@@ -118,7 +118,9 @@ class SiaPolicy:
             if not positive.any():
                 return cost
             goodput = goodput / goodput[valid][positive][0]  # smallest valid config is 1
-        factor = restart_factor(job)
+        # Moving away from the configuration the job holds costs a restart; a job that holds
+        # none has nothing to lose (and a factor of 0 would otherwise starve it for good).
+        factor = restart_factor(job) if current is not None else 1.0
         scaled = np.where(np.arange(len(configs)) == current, goodput, goodput * factor)
         with np.errstate(divide="ignore"):
             powered = np.where(scaled > 1e-4, scaled, 0.0) ** s.p
