@@ -1,8 +1,8 @@
 """Fidelity: the baselines reproduce the published average JCTs within 5%.
 
 This is the check that our simulator implements the traces README's semantics (rounds, restart
-delay, interpolation, epoch accounting) the way the published figures assume. Pollux (its
-genetic search, and its objective solved by adl's optimizer) checks the adaptive side too:
+delay, interpolation, epoch accounting) the way the published figures assume. Pollux's objective
+(solved by adl's optimizer) checks the adaptive side too:
 goodput, batch-size co-adaptation and the jobs' learned models, against the figure adl is
 measured by."""
 
@@ -25,7 +25,8 @@ from adl.sched.sim.traces import load_traces
         "tiresias",
         "optimus",
         pytest.param("pollux-objective", marks=pytest.mark.slow),
-        pytest.param("pollux", marks=pytest.mark.slow),  # the genetic search: minutes a replay
+        # ``pollux`` (the genetic search) takes minutes a replay: benchmarks/sched_replay.py
+        # checks it against the published figures, CI runs its short smoke replay only
     ],
 )
 def test_baseline_matches_published_average_jct(policy: str, workload: str) -> None:
