@@ -156,10 +156,10 @@ class PolluxPolicy:
         self, jobs: list[JobInfo], nodes: list[NodeInfo], previous: Mapping[str, list[str]]
     ) -> PolluxProblem:
         index = {n.name: i for i, n in enumerate(nodes)}
-        node_gpus = np.array([max(n.gpus, 0) for n in nodes], dtype=np.int64)
-        gpr = np.array([max(j.gpus_per_replica, 1) for j in jobs], dtype=np.int64)
+        node_gpus = np.array([max(n.gpus, 0) for n in nodes], dtype=np.int32)
+        gpr = np.array([max(j.gpus_per_replica, 1) for j in jobs], dtype=np.int32)
         per_node_max = node_gpus[None, :] // gpr[:, None]
-        base = np.zeros((len(jobs), len(nodes)), dtype=np.int64)
+        base = np.zeros((len(jobs), len(nodes)), dtype=np.int32)
         for j, job in enumerate(jobs):
             for node in previous.get(job.name, []):
                 if node in index:
@@ -171,7 +171,7 @@ class PolluxPolicy:
                 else 0
                 for j in jobs
             ],
-            dtype=np.int64,
+            dtype=np.int32,
         )
         cap = np.minimum(cap, per_node_max.sum(axis=1))
         total = int(node_gpus.sum())
@@ -199,7 +199,7 @@ class PolluxPolicy:
             node_gpus=node_gpus,
             gpus_per_replica=gpr,
             cap=cap,
-            min_replicas=np.array([max(j.min_replicas, 0) for j in jobs], dtype=np.int64),
+            min_replicas=np.array([max(j.min_replicas, 0) for j in jobs], dtype=np.int32),
             pinned=np.array([not j.preemptible and base[i].sum() > 0 for i, j in enumerate(jobs)]),
             grids=grids,
             fair_speedup=np.maximum(fair_speedup, 1e-9),
@@ -217,7 +217,7 @@ class PolluxPolicy:
             return base[None].copy()
         prev_jobs = {name: i for i, name in enumerate(self._pop_jobs)}
         prev_nodes = {name: i for i, name in enumerate(self._pop_nodes)}
-        pop = np.zeros((len(self._population), len(jobs), len(nodes)), dtype=np.int64)
+        pop = np.zeros((len(self._population), len(jobs), len(nodes)), dtype=np.int32)
         dst_j = [j for j, job in enumerate(jobs) if job.name in prev_jobs]
         src_j = [prev_jobs[jobs[j].name] for j in dst_j]
         dst_n = [n for n, node in enumerate(nodes) if node.name in prev_nodes]

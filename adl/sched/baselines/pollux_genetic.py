@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-Pop = NDArray[np.int64]
+#: replica counts; int32 halves the memory traffic of every operator (counts stay < 2**15)
+Pop = NDArray[np.int32]
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def mutate(pop: Pop, problem: PolluxProblem, rng: np.random.Generator) -> Pop:
     # a uniformly random count between the current one and the node's capacity
     upper = problem.per_node_max[grow[1], grow[2]]
     low = np.minimum(pop[grow], upper)
-    pop[grow] = low + (rng.random(len(low)) * (upper - low + 1)).astype(np.int64)
+    pop[grow] = low + (rng.random(len(low)) * (upper - low + 1)).astype(pop.dtype)
     return pop
 
 
