@@ -1,9 +1,14 @@
 """Replay workloads under several policies: avg/p99 JCT, makespan, restarts, round latency.
 
 Prints one row per (policy, workload) with the published average JCT beside ours for
-workload-1..4 (Pollux for ``adl``, Optimus+Oracle, Tiresias), then per-policy means.
+workload-1..4 (Pollux for ``adl``, ``pollux`` and ``pollux-objective``, Optimus+Oracle,
+Tiresias), then every policy side by side (average JCT per workload, and each policy's means of
+every column), then per-policy means against the published figures. By default it replays
+adl, Sia, Pollux, Tiresias and Optimus+Oracle (Pollux's genetic search takes several minutes
+per workload). A lower-bound column appears once ``adl.sched.sim.bound`` provides one (see
+:func:`lower_bound_s`).
 
-    .venv/bin/python benchmarks/sched_replay.py [--policies adl,tiresias,optimus,fifo]
+    .venv/bin/python benchmarks/sched_replay.py [--policies adl,sia,pollux,tiresias,optimus]
         [--workloads 1,2,3,4] [--generated K] [--load 1.0] [--hide-remaining]
         [--jobs N] [--traces DIR] [--seed 0] [--json PATH] [--policy-knob NAME=VALUE ...]
         [--fixed-rounds]
@@ -45,6 +50,9 @@ from adl.sched.sim.published import PUBLISHED_LABEL, published_avg_jct  # noqa: 
 from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
 from adl.sched.sim.traces import default_traces_dir, load_traces  # noqa: E402
 from adl.sched.sim.workload import WorkloadJob, load_workload  # noqa: E402
+
+#: the side-by-side default: adl and the four peers it is judged against
+DEFAULT_POLICIES = ("adl", "sia", "pollux", "tiresias", "optimus")
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,25 @@ def run_task(task: Task) -> dict[str, Any]:
     return row
 
 
+def lower_bound_s(jobs: list[WorkloadJob], traces: str) -> float | None:
+    """The hook for the lower bound on a workload's average JCT: the value of
+    ``adl.sched.sim.bound.lower_bound`` when that module exists, else None (no column)."""
+    try:
+        from adl.sched.sim.bound import lower_bound  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return float(lower_bound(jobs, traces=load_traces(traces)))
+
+
+def bounds_for(tasks: list[Task]) -> dict[str, float | None]:
+    """The lower bound of each workload replayed (computed once per workload)."""
+    out: dict[str, float | None] = {}
+    for task in tasks:
+        if task.workload not in out:
+            out[task.workload] = lower_bound_s(task.jobs(), task.traces)
+    return out
+
+
 def build_tasks(args: argparse.Namespace) -> list[Task]:
     traces = str(args.traces or default_traces_dir())
     base = Path(traces) / "workloads"
@@ -137,9 +164,80 @@ def _fmt(x: float | None, spec: str = ",.0f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+#: columns of the side-by-side means: (summary key, heading, format)
+MEAN_COLUMNS = (
+    ("avg_jct_s", "avg JCT s", ",.0f"),
+    ("p99_jct_s", "p99 JCT s", ",.0f"),
+    ("makespan_s", "makespan s", ",.0f"),
+    ("restarts_per_job", "restarts", ".2f"),
+    ("round_ms_p50", "round p50 ms", ".1f"),
+    ("round_ms_p95", "round p95 ms", ".1f"),
+)
+
+
+def side_by_side(rows: list[dict[str, Any]], bounds: dict[str, float | None]) -> dict[str, Any]:
+    """Average JCT per workload with one column per policy (and the lower bound, where known),
+    and each policy's mean of every summary column over the workloads."""
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    by = {(r["policy"], r["workload"]): r for r in rows}
+    table = {w: {p: by[(p, w)]["avg_jct_s"] for p in policies if (p, w) in by} for w in workloads}
+    means: dict[str, dict[str, float | None]] = {}
+    for p in policies:
+        mine = [r for r in rows if r["policy"] == p]
+        means[p] = {}
+        for key, _, _ in MEAN_COLUMNS:
+            values = [r[key] for r in mine if r[key] is not None]
+            means[p][key] = sum(values) / len(values) if values else None
+    known = [b for b in bounds.values() if b is not None]
+    return {
+        "avg_jct_s": table,
+        "means": means,
+        "lower_bound_s": bounds,
+        "mean_lower_bound_s": sum(known) / len(known) if len(known) == len(bounds) else None,
+    }
+
+
+def render_side_by_side(view: dict[str, Any]) -> str:
+    table, means, bounds = view["avg_jct_s"], view["means"], view["lower_bound_s"]
+    policies = list(means)
+    has_bound = any(b is not None for b in bounds.values())
+    head = f"{'avg JCT s':<12}" + "".join(f"{p:>12}" for p in policies)
+    if has_bound:
+        head += f"{'lower bound':>12}"
+    lines = [head, "-" * len(head)]
+    for w, cells in table.items():
+        line = f"{w:<12}" + "".join(f"{_fmt(cells.get(p)):>12}" for p in policies)
+        if has_bound:
+            line += f"{_fmt(bounds.get(w)):>12}"
+        lines.append(line)
+    line = f"{'mean':<12}" + "".join(f"{_fmt(means[p]['avg_jct_s']):>12}" for p in policies)
+    if has_bound:
+        line += f"{_fmt(view['mean_lower_bound_s']):>12}"
+    lines.append(line)
+    if view["mean_lower_bound_s"]:
+        lines.append(
+            f"{'x bound':<12}"
+            + "".join(
+                f"{means[p]['avg_jct_s'] / view['mean_lower_bound_s']:>12.2f}"
+                if means[p]["avg_jct_s"]
+                else f"{'-':>12}"
+                for p in policies
+            )
+        )
+    lines.append("")
+    head = f"{'means':<12}" + "".join(f"{h:>14}" for _, h, _ in MEAN_COLUMNS)
+    lines += [head, "-" * len(head)]
+    for p in policies:
+        lines.append(
+            f"{p:<12}" + "".join(f"{_fmt(means[p][k], spec):>14}" for k, _, spec in MEAN_COLUMNS)
+        )
+    return "\n".join(lines)
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'policy':<9} {'workload':<12} {'avg JCT s':>10} {'p99 JCT s':>10} {'makespan s':>11} "
+        f"{'policy':<16} {'workload':<12} {'avg JCT s':>10} {'p99 JCT s':>10} {'makespan s':>11} "
         f"{'restarts':>8} {'round p50':>10} {'round p95':>10} {'wall s':>7}   published"
     )
     lines = [head, "-" * len(head)]
@@ -150,7 +248,7 @@ def render(rows: list[dict[str, Any]]) -> str:
             label = PUBLISHED_LABEL[r["policy"]]
             pub_s = f"{label} {pub:,.0f} ({100 * (r['avg_jct_s'] / pub - 1):+.1f}%)"
         lines.append(
-            f"{r['policy']:<9} {r['workload']:<12} {_fmt(r['avg_jct_s']):>10} "
+            f"{r['policy']:<16} {r['workload']:<12} {_fmt(r['avg_jct_s']):>10} "
             f"{_fmt(r['p99_jct_s']):>10} {_fmt(r['makespan_s']):>11} "
             f"{r['restarts_per_job']:>8.2f} "
             f"{r['round_ms_p50']:>8.2f}ms {r['round_ms_p95']:>8.2f}ms "
@@ -176,13 +274,13 @@ def render(rows: list[dict[str, Any]]) -> str:
         if others:
             parts.append(f"other {sum(r['avg_jct_s'] for r in others) / len(others):,.0f}")
         wall = max(r["wall_s"] for r in mine)
-        lines.append(f"  {policy:<9} " + "; ".join(parts) + f"; slowest replay {wall:.1f} s")
+        lines.append(f"  {policy:<16} " + "; ".join(parts) + f"; slowest replay {wall:.1f} s")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--policies", default=",".join(POLICY_NAMES))
+    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     ap.add_argument("--workloads", default="1,2,3,4", help="published workloads ('' for none)")
     ap.add_argument("--generated", type=int, default=0, help="also K generated workloads")
     ap.add_argument("--load", type=float, default=1.0, help="job load of generated workloads")
@@ -225,7 +323,13 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     total = time.perf_counter() - t0
+    bounds = bounds_for(tasks)
+    for r in rows:
+        r["lower_bound_s"] = bounds.get(r["workload"])
+    view = side_by_side(rows, bounds)
     print(render(rows))
+    print()
+    print(render_side_by_side(view))
     print(f"\n{len(rows)} replays in {total:.1f} s wall ({args.jobs} process(es))")
     if args.json is not None:
         doc = {
@@ -235,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "load": args.load,
             "results": rows,
+            "side_by_side": view,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -128,7 +128,12 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         policy: Annotated[
-            str, typer.Option("--policy", "-p", help="adl, pollux, tiresias, optimus or fifo")
+            str,
+            typer.Option(
+                "--policy",
+                "-p",
+                help="adl, sia, pollux, pollux-objective, tiresias, optimus or fifo",
+            ),
         ] = "adl",
         traces: Annotated[
             Path | None,

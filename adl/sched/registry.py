@@ -74,7 +74,9 @@ def policy_factory(
 
 
 register(PolicyEntry("adl", "adl.sched.policy:AdlPolicy", takes_knobs=True, rounds_on_events=True))
-register(PolicyEntry("pollux", "adl.sched.baselines:PolluxObjectivePolicy"))
+register(PolicyEntry("sia", "adl.sched.baselines:SiaPolicy"))
+register(PolicyEntry("pollux", "adl.sched.baselines:PolluxPolicy"))
+register(PolicyEntry("pollux-objective", "adl.sched.baselines:PolluxObjectivePolicy"))
 register(PolicyEntry("tiresias", "adl.sched.baselines:TiresiasPolicy"))
 register(PolicyEntry("optimus", "adl.sched.baselines:OptimusOraclePolicy", uses_oracle=True))
 register(PolicyEntry("fifo", "adl.sched.baselines:FifoPolicy"))

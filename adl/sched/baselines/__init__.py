@@ -3,6 +3,17 @@
 from adl.sched.baselines.fifo import FifoPolicy
 from adl.sched.baselines.optimus import OptimusOraclePolicy
 from adl.sched.baselines.pollux import PolluxObjectivePolicy
+from adl.sched.baselines.pollux_ga import PolluxPolicy, PolluxSettings
+from adl.sched.baselines.sia import SiaPolicy, SiaSettings
 from adl.sched.baselines.tiresias import TiresiasPolicy
 
-__all__ = ["FifoPolicy", "OptimusOraclePolicy", "PolluxObjectivePolicy", "TiresiasPolicy"]
+__all__ = [
+    "FifoPolicy",
+    "OptimusOraclePolicy",
+    "PolluxObjectivePolicy",
+    "PolluxPolicy",
+    "PolluxSettings",
+    "SiaPolicy",
+    "SiaSettings",
+    "TiresiasPolicy",
+]
