@@ -5,13 +5,13 @@ workload-1..4 (Pollux for ``adl``, ``pollux`` and ``pollux-objective``, Optimus+
 Tiresias), then every policy side by side (average JCT per workload, and each policy's means of
 every column), then per-policy means against the published figures. By default it replays
 adl, Sia, Pollux, Tiresias and Optimus+Oracle (Pollux's genetic search takes several minutes
-per workload). A lower-bound column appears once ``adl.sched.sim.bound`` provides one (see
-:func:`lower_bound_s`).
+per workload). ``--bound`` adds the LP lower bound on average JCT of each workload
+(:mod:`adl.sched.sim.bound`, minutes per workload) and every policy's ratio to it.
 
     .venv/bin/python benchmarks/sched_replay.py [--policies adl,sia,pollux,tiresias,optimus]
         [--workloads 1,2,3,4] [--generated K] [--load 1.0] [--hide-remaining]
         [--jobs N] [--traces DIR] [--seed 0] [--json PATH] [--policy-knob NAME=VALUE ...]
-        [--fixed-rounds]
+        [--fixed-rounds] [--bound]
 
 ``--generated K`` adds K workloads from :mod:`adl.sched.sim.generate` (seeds 1..K, jobs the
 policies were never tuned on); ``--jobs N`` runs N replays in parallel processes. adl is
@@ -101,22 +101,21 @@ def run_task(task: Task) -> dict[str, Any]:
     return row
 
 
-def lower_bound_s(jobs: list[WorkloadJob], traces: str) -> float | None:
-    """The hook for the lower bound on a workload's average JCT: the value of
-    ``adl.sched.sim.bound.lower_bound`` when that module exists, else None (no column)."""
-    try:
-        from adl.sched.sim.bound import lower_bound  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return float(lower_bound(jobs, traces=load_traces(traces)))
+def lower_bound_s(jobs: list[WorkloadJob], traces: str) -> float:
+    """The LP lower bound on a workload's average JCT (:mod:`adl.sched.sim.bound`; minutes per
+    workload on 2 cores, so only with ``--bound``)."""
+    from adl.sched.sim.bound import lower_bound
+
+    return float(lower_bound(jobs, traces=load_traces(traces)).avg_jct_s)
 
 
-def bounds_for(tasks: list[Task]) -> dict[str, float | None]:
-    """The lower bound of each workload replayed (computed once per workload)."""
+def bounds_for(tasks: list[Task], enabled: bool) -> dict[str, float | None]:
+    """The lower bound of each workload replayed (computed once per workload), or None each
+    when not asked for."""
     out: dict[str, float | None] = {}
     for task in tasks:
         if task.workload not in out:
-            out[task.workload] = lower_bound_s(task.jobs(), task.traces)
+            out[task.workload] = lower_bound_s(task.jobs(), task.traces) if enabled else None
     return out
 
 
@@ -290,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="policy seed")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(
+        "--bound",
+        action="store_true",
+        help="add the LP lower bound on avg JCT per workload (adl.sched.sim.bound; slow)",
+    )
+    ap.add_argument(
         "--policy-knob",
         action="append",
         metavar="NAME=VALUE",
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     total = time.perf_counter() - t0
-    bounds = bounds_for(tasks)
+    bounds = bounds_for(tasks, args.bound)
     for r in rows:
         r["lower_bound_s"] = bounds.get(r["workload"])
     view = side_by_side(rows, bounds)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import os
 import shutil
 import subprocess
@@ -35,14 +36,27 @@ SUBNET_SECOND_OCTETS = range(200, 250)
 #: pods per kubelet: a /16 less the network, bridge and broadcast addresses
 MAX_PODS = 65_000
 PREFIX = "adlk"
+#: kubelets made by this process so far (part of every name they make)
+_INSTANCES = itertools.count(1)
+
+
+class IpError(subprocess.CalledProcessError):
+    """A failed ``ip`` command whose message carries ip's own complaint and input (the base
+    class's text drops both, which left a failed pod start unexplained in the logs)."""
+
+    def __init__(self, code: int, cmd: list[str], out: str, err: str, stdin: str | None) -> None:
+        super().__init__(code, cmd, out, err)
+        self.stdin = stdin
+
+    def __str__(self) -> str:
+        sent = f" (input: {self.stdin.strip()!r})" if self.stdin else ""
+        return f"{super().__str__()}: {str(self.stderr).strip()}{sent}"
 
 
 def _ip(*args: str, stdin: str | None = None) -> None:
     done = subprocess.run(["ip", *args], input=stdin, text=True, capture_output=True)
     if done.returncode != 0:
-        raise subprocess.CalledProcessError(
-            done.returncode, ["ip", *args], done.stdout, f"{stdin or ''}-> {done.stderr}"
-        )
+        raise IpError(done.returncode, ["ip", *args], done.stdout, done.stderr, stdin)
 
 
 def available() -> bool:
@@ -86,7 +100,7 @@ def reap_stale() -> None:
         dev = line.split(":")[1].strip().split("@")[0]
         if dev.startswith(f"{PREFIX}br"):
             with contextlib.suppress(ValueError):
-                if not _alive(int(dev[len(PREFIX) + 2 :], 16)):
+                if not _alive(int(dev[len(PREFIX) + 2 :].split("g")[0], 16)):
                     subprocess.run(["ip", "link", "del", dev], capture_output=True)
 
 
@@ -113,8 +127,12 @@ class PodNetwork:
 
     def __init__(self) -> None:
         reap_stale()
+        # Names are unique per kubelet, not per process: a pod process of an earlier kubelet in
+        # this test session may still hold its namespace (and so its veth) a moment after that
+        # kubelet closed, and reusing its names made the next kubelet's pod fail to start.
         self.owner = f"{os.getpid():x}"
-        self.bridge = f"{PREFIX}br{self.owner}"
+        self.instance = next(_INSTANCES)
+        self.bridge = f"{PREFIX}br{self.owner}g{self.instance:x}"
         free = [o for o in SUBNET_SECOND_OCTETS if o not in _used_subnets()]
         if not free:
             raise RuntimeError("no free 10.x.0.0/16 subnet for the pod bridge")
@@ -138,9 +156,26 @@ class PodNetwork:
                 raise RuntimeError(f"more than {MAX_PODS} pods on one process kubelet")
             n = self._count
             ip = str(next(self._free))
-        netns = f"{PREFIX}-{self.owner}-{n:x}"
-        host_end = f"av{self.owner}{n:x}"[:15]
+        netns = f"{PREFIX}-{self.owner}-{self.instance:x}-{n:x}"
+        host_end = f"v{self.owner}g{self.instance:x}g{n:x}"
+        if len(host_end) > 15:  # the kernel's limit on interface names
+            raise RuntimeError(f"interface name {host_end!r} too long")
         _ip("netns", "add", netns)
+        try:
+            self._wire(netns, host_end, ip)
+        except BaseException:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                _ip("netns", "del", netns)  # no half-made namespace left behind
+            raise
+        address = PodAddress(netns=netns, ip=ip, names=tuple(names), hostname=hostname)
+        with self._lock:
+            self._pods[netns] = address
+            (NETNS_DIR / netns).mkdir(parents=True, exist_ok=True)
+            self._write_hosts()
+        return address
+
+    def _wire(self, netns: str, host_end: str, ip: str) -> None:
+        """The veth pair from the bridge into ``netns``, with ``ip`` inside."""
         # two batches (host side, pod side): a few ``ip`` processes per pod, not six
         host = [
             f"link add {host_end} type veth peer name eth0 netns {netns}",
@@ -154,12 +189,6 @@ class PodNetwork:
             f"route add default via {self.gateway}",
         ]
         _ip("-n", netns, "-batch", "-", stdin="\n".join(pod) + "\n")
-        address = PodAddress(netns=netns, ip=ip, names=tuple(names), hostname=hostname)
-        with self._lock:
-            self._pods[netns] = address
-            (NETNS_DIR / netns).mkdir(parents=True, exist_ok=True)
-            self._write_hosts()
-        return address
 
     def remove(self, address: PodAddress) -> None:
         with self._lock:
