@@ -102,11 +102,41 @@ def run_one(
         a["queue"].append(first.get(j.name, j.submit_s) - j.submit_s)
         a["gpus"].append(gpu_s[j.name] / max(run_s[j.name], 1.0))
         a["restarts"].append(j.restarts)
+    row["restart_kinds"] = restart_kinds(
+        result.timeline, {j.name: j.completion_s for j in result.jobs}
+    )
     row["apps"] = {
         app: {k: float(np.mean(v)) for k, v in d.items()} | {"n": len(d["jct"])}
         for app, d in per_app.items()
     }
     return row
+
+
+def restart_kinds(
+    timeline: list[tuple[int, dict[str, int]]], done_at: dict[str, int | None]
+) -> dict[str, float]:
+    """Allocation changes per job by kind, from the GPU counts after each round: the first
+    start, a resume after a preemption, a grow, a shrink, a preemption to 0 GPUs (no restart
+    by itself; the resume is one), and a move at the same count (counts alone cannot see it,
+    so it is what is left of the job's restarts)."""
+    kinds: dict[str, float] = defaultdict(float)
+    last: dict[str, int] = {}
+    started: set[str] = set()
+    for t, alloc in timeline:
+        for name in set(last) | set(alloc):
+            before, after = last.get(name, 0), alloc.get(name, 0)
+            end = done_at.get(name)
+            if before == after or (after == 0 and end is not None and end <= t):
+                continue
+            if before == 0:
+                kinds["resume" if name in started else "start"] += 1
+                started.add(name)
+            elif after == 0:
+                kinds["preempt"] += 1
+            else:
+                kinds["grow" if after > before else "shrink"] += 1
+        last = {n: g for n, g in alloc.items() if g > 0}
+    return {k: v / max(len(done_at), 1) for k, v in sorted(kinds.items())}
 
 
 def main() -> None:
@@ -175,6 +205,8 @@ def main() -> None:
             f"{r['round_ms_p95']:5.1f} {r['wall_s']:5.0f}"
         )
         if a.breakdown:
+            kinds = r["restart_kinds"]
+            print("    changes/job: " + " ".join(f"{k}={v:.2f}" for k, v in kinds.items()))
             for app, d in sorted(r["apps"].items()):
                 print(
                     f"    {app:12s} n={d['n']:3d} jct={d['jct']:7.0f} alone={limits[app]:6.0f} "

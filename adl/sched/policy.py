@@ -105,10 +105,14 @@ class AdlPolicy:
         return max(job.weight, 0.0) * aging / remaining**k.srpt_power
 
     def _remaining(self, job: JobInfo) -> float:
-        """Remaining seconds on one GPU: declared, or estimated from attained service (LAS)."""
+        """Remaining seconds on one GPU: declared, else predicted by the driver from completed
+        jobs of the same kind, else estimated from attained service (LAS)."""
         k = self.knobs
         if job.remaining_s is not None:
             return max(job.remaining_s, k.min_remaining_s)
+        predicted = job.expected_remaining_s
+        if k.use_predicted_remaining > 0 and predicted is not None and math.isfinite(predicted):
+            return max(predicted, k.min_remaining_s)
         return job.attained_service_s + k.unknown_remaining_s
 
     def restart_penalty(self, job: JobInfo, speedup: float = 1.0) -> float:

@@ -31,6 +31,9 @@ class Knobs:
     min_remaining_s: float = 60.0
     #: LAS fallback when the remaining work is unknown: R = attained service + this many seconds
     unknown_remaining_s: float = 3600.0
+    #: use the driver's prediction of remaining work (from completed jobs of the same kind)
+    #: for a job that did not declare its length (0 = least-attained-service only)
+    use_predicted_remaining: float = 1.0
     #: a new configuration must pay back its restart within this many seconds
     restart_horizon_s: float = 1800.0
     #: largest restart penalty (fraction of the new configuration's value)

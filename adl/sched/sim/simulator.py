@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -34,6 +34,7 @@ from adl.sched.sim.traces import AppTrace, load_traces
 from adl.sched.sim.truth import TrueGoodput, TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob, load_workload
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
+from adl.sched.work_history import WorkHistory
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class SimConfig:
     rounds_on_events: bool = False
     #: with ``rounds_on_events``: a finished job is noticed within this many seconds
     event_tick_s: int = 5
+    #: when lengths are hidden, predict each job's remaining work from completed jobs of the
+    #: same application (:mod:`adl.sched.work_history`), as the operator can from what jobs
+    #: report; only policies that read ``JobInfo.expected_remaining_s`` (adl) use it
+    predict_remaining: bool = True
     #: keep every allocation change with its reason (``SimResult.decisions``), as the
     #: backends' decision log would show it
     explain: bool = False
@@ -202,6 +207,8 @@ class Simulator:
         self.allocation: Allocation = {}
         self.decisions: list[tuple[int, Decision]] = []
         self.now = 0
+        self.history = WorkHistory()
+        self._recorded: set[str] = set()
         if isinstance(policy, OracleAware):
             policy.bind_oracle(SimulatorOracle(self.by_name, c.gpus_per_node))
 
@@ -232,6 +239,8 @@ class Simulator:
             return None
         hide = self.config.hide_remaining
         infos = [j.job_info(self.now, hide_remaining=hide) for j in active]
+        if hide and self.config.predict_remaining:
+            infos = self._predicted(active, infos)
         previous = {
             j.name: list(self.allocation[j.name]) for j in active if j.name in self.allocation
         }
@@ -246,6 +255,22 @@ class Simulator:
                 job.reallocate(placement_of(new.get(job.name, [])))
         self.allocation = new
         return elapsed
+
+    def _predicted(self, active: list[SimJob], infos: list[JobInfo]) -> list[JobInfo]:
+        """Record the jobs finished since the last round in the history (their total work as
+        they measured it), then fill each active job's predicted remaining work."""
+        for job in self.jobs:
+            if job.done and job.name not in self._recorded:
+                self._recorded.add(job.name)
+                total = job.done_work_s()
+                if total is not None:
+                    self.history.record(job.app.name, total)
+        out = []
+        for job, info in zip(active, infos, strict=True):
+            done = job.done_work_s()
+            guess = None if done is None else self.history.expected_remaining_s(info.kind, done)
+            out.append(info if guess is None else replace(info, expected_remaining_s=guess))
+        return out
 
     def _explain(
         self, infos: list[JobInfo], previous: Mapping[str, list[str]], new: Allocation
