@@ -177,6 +177,10 @@ class AdlPolicy:
                 # back, it restarts a second time. Growth must pay for both restarts.
                 restart_s *= self.knobs.grow_restarts
             value *= 1.0 - self._penalty(restart_s, job.remaining, speedup)
+            if job.prev is not None:
+                # Hysteresis: a running job's change must beat staying by more than the
+                # model's own error, or the policy restarts jobs on noise.
+                value /= 1.0 + self.knobs.change_margin
         return value
 
     # ------------------------------------------------------------------ greedy moves

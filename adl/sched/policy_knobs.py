@@ -36,6 +36,9 @@ class Knobs:
     use_predicted_remaining: float = 1.0
     #: a new configuration must pay back its restart within this many seconds
     restart_horizon_s: float = 1800.0
+    #: hysteresis: a running job's new configuration must be worth ``1 + change_margin`` times
+    #: what its restart penalty leaves, so gains within the model's error restart nothing
+    change_margin: float = 0.0
     #: largest restart penalty (fraction of the new configuration's value)
     max_restart_penalty: float = 0.9
     #: restarts a running job's growth must pay for (the growth now, the give-back later)

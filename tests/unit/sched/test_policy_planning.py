@@ -1,0 +1,58 @@
+"""Fewer allocation changes per job: hysteresis on running jobs' changes and how far a job may
+jump past what it has profiled (the ramp)."""
+
+from __future__ import annotations
+
+from policy_kit import amdahl, job, nodes_of
+
+from adl.sched.policy import AdlPolicy
+
+
+def _big_running_job():
+    # 11 of 12 GPUs; the 12th adds 9 % speedup, the restart costs 5.8 % of the new value
+    # (lifetime 3600 / (10 - 4 ramp restarts + 1) = 514 s, one restart counted: grow_restarts=1)
+    nodes = nodes_of(3)
+    prev = {"big": ["n0"] * 4 + ["n1"] * 4 + ["n2"] * 3}
+    big = job(
+        "big",
+        speedup=amdahl(0.0, 1.0),
+        max_replicas=12,
+        max_profiled_replicas=16,
+        restarts=10,
+        age_s=3600.0,
+        remaining_s=1e6,
+    )
+    return big, nodes, prev
+
+
+def test_change_margin_keeps_a_running_job_whose_gain_is_within_the_margin() -> None:
+    big, nodes, prev = _big_running_job()
+    assert len(AdlPolicy(grow_restarts=1.0).optimize([big], nodes, prev)["big"]) == 12
+    # 1.09 x (1 - 0.058) = 1.027: a 5 % margin leaves it where it is
+    kept = AdlPolicy(grow_restarts=1.0, change_margin=0.05).optimize([big], nodes, prev)
+    assert sorted(kept["big"]) == sorted(prev["big"])
+    # a 2 % margin is below the net gain: it still grows
+    grown = AdlPolicy(grow_restarts=1.0, change_margin=0.02).optimize([big], nodes, prev)
+    assert len(grown["big"]) == 12
+
+
+def test_change_margin_does_not_hold_back_a_first_start() -> None:
+    queued = job("new", speedup=amdahl(0.0, 1.0), max_replicas=4, max_profiled_replicas=4)
+    alloc = AdlPolicy(change_margin=0.5).optimize([queued], nodes_of(1), {})
+    assert len(alloc["new"]) == 4
+
+
+def test_change_margin_makes_a_newcomer_wait_rather_than_shrink_a_job_for_a_small_gain() -> None:
+    # "run" holds the whole node; "new" is a little less urgent. Sharing the node 2/2 is worth
+    # 13 % more than leaving run whole (sublinear speedups), a gain a 40 % margin on run's
+    # restart swallows; new alone on 4 GPUs is worth less than run there.
+    nodes = nodes_of(1)
+    prev = {"run": ["n0"] * 4}
+    run = job("run", 0, speedup=amdahl(0.1), remaining_s=4000.0, age_s=600.0)
+    new = job("new", 1, speedup=amdahl(0.1), remaining_s=4400.0)
+    plain = AdlPolicy(srpt_power=0.5, fairness=0).optimize([run, new], nodes, prev)
+    assert plain["new"]  # without a margin the newcomer gets GPUs from run
+    held = AdlPolicy(srpt_power=0.5, fairness=0, change_margin=0.4).optimize(
+        [run, new], nodes, prev
+    )
+    assert sorted(held["run"]) == ["n0"] * 4 and not held.get("new")
