@@ -71,6 +71,7 @@ class _Job:
     prev_replicas: int
     table: SpeedupTable
     placement: Placement
+    fair: float = 1.0  # speedup at an equal share of the cluster (power-mean normalisation)
     replicas: int = 0
     utility: float = 0.0
 
@@ -143,7 +144,12 @@ class AdlPolicy:
         return min(max(frac, 0.0), k.max_restart_penalty)
 
     def replica_cap(self, job: JobInfo, total: int) -> int:
-        ramp = max(1, math.floor(self.knobs.ramp_factor * job.max_profiled_replicas))
+        k = self.knobs
+        profiled = job.max_profiled_replicas
+        # A job that has measured nothing starts on ``bootstrap_replicas`` (its model is still
+        # the optimistic prior); after that it may reach ``ramp_factor`` x what it measured.
+        reach = k.ramp_factor * profiled if profiled else k.bootstrap_replicas
+        ramp = max(1, math.floor(reach))
         cap = min(job.max_replicas, ramp, total // max(job.gpus_per_replica, 1))
         return max(cap, min(job.min_replicas, total // max(job.gpus_per_replica, 1)))
 
@@ -169,6 +175,11 @@ class AdlPolicy:
     def _value(self, job: _Job, nodes: int, replicas: int, moved: bool) -> float:
         """The job's value on ``replicas`` over ``nodes``; a ``moved`` job pays its restart."""
         speedup = job.table.get(nodes, replicas, job.cap)
+        q = self.knobs.speedup_power
+        if q != 1.0:
+            # Power mean over speedups normalised by the job's equal share: concave for q < 1,
+            # so a job's first GPUs count more than another job's extra ones (the tail).
+            speedup = job.fair * (speedup / job.fair) ** q
         value = job.weight * speedup
         if moved:  # (re)starting costs every job the same delay
             restart_s = job.restart_s
@@ -242,6 +253,7 @@ class AdlPolicy:
         previous: Mapping[str, Sequence[str]],
     ) -> list[_Job]:
         total = sum(cluster.capacity)
+        share = max(total // max(len(jobs), 1), 1)  # GPUs of an equal share
         out = []
         for info in sorted(jobs, key=lambda j: (j.submit_order, j.name)):
             prev_names = previous.get(info.name) or []
@@ -263,6 +275,11 @@ class AdlPolicy:
                     placement={},
                 )
             )
+            if self.knobs.speedup_power != 1.0:
+                job = out[-1]
+                fair = max(min(share // job.gpr, job.cap), 1)
+                per_node = max(cluster.max_gpus // job.gpr, 1)
+                job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)
         return out
 
     def optimize(

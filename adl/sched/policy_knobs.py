@@ -31,14 +31,8 @@ class Knobs:
     min_remaining_s: float = 60.0
     #: LAS fallback when the remaining work is unknown: R = attained service + this many seconds
     unknown_remaining_s: float = 3600.0
-    #: use the driver's prediction of remaining work (from completed jobs of the same kind)
-    #: for a job that did not declare its length (0 = least-attained-service only)
-    use_predicted_remaining: float = 1.0
     #: a new configuration must pay back its restart within this many seconds
     restart_horizon_s: float = 1800.0
-    #: hysteresis: a running job's new configuration must be worth ``1 + change_margin`` times
-    #: what its restart penalty leaves, so gains within the model's error restart nothing
-    change_margin: float = 0.0
     #: largest restart penalty (fraction of the new configuration's value)
     max_restart_penalty: float = 0.9
     #: restarts a running job's growth must pay for (the growth now, the give-back later)
@@ -55,6 +49,17 @@ class Knobs:
     dp: float = 1.0
     #: ... while jobs x (free GPUs + 1) is at most this (the knapsack's table size)
     dp_max_cells: float = 200_000.0
+    #: use the driver's prediction of remaining work (from completed jobs of the same kind)
+    #: for a job that did not declare its length (0 = least-attained-service only)
+    use_predicted_remaining: float = 1.0
+    #: hysteresis: a running job's new configuration must be worth ``1 + change_margin`` times
+    #: what its restart penalty leaves, so gains within the model's error restart nothing
+    change_margin: float = 0.0
+    #: replicas a job that has profiled nothing may start on (>= 1)
+    bootstrap_replicas: float = 1.0
+    #: power on each job's speedup normalised by its equal-share speedup (1 = linear; < 1 a
+    #: power mean that favours the tail, combined with the shortest-first weights)
+    speedup_power: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -72,6 +77,8 @@ class Knobs:
 _ANY_NONNEGATIVE = (0.0, math.inf, True)
 _RANGES: dict[str, tuple[float, float, bool]] = {
     "ramp_factor": (1.0, math.inf, True),
+    "bootstrap_replicas": (1.0, math.inf, True),
+    "speedup_power": (0.05, 1.0, True),
     "min_remaining_s": (1e-3, math.inf, True),
     "unknown_remaining_s": (1e-3, math.inf, True),
     "restart_horizon_s": (1e-3, math.inf, True),

@@ -56,3 +56,25 @@ def test_change_margin_makes_a_newcomer_wait_rather_than_shrink_a_job_for_a_smal
         [run, new], nodes, prev
     )
     assert sorted(held["run"]) == ["n0"] * 4 and not held.get("new")
+
+
+def test_bootstrap_replicas_sets_the_first_start_and_the_ramp_takes_over_after() -> None:
+    nodes = nodes_of(4)
+    fresh = job("fresh", speedup=amdahl(0.0), max_profiled_replicas=0, max_replicas=16)
+    assert len(AdlPolicy().optimize([fresh], nodes, {})["fresh"]) == 1  # the 1, 2, 4 ramp
+    assert len(AdlPolicy(bootstrap_replicas=4).optimize([fresh], nodes, {})["fresh"]) == 4
+    seen = job("seen", speedup=amdahl(0.0), max_profiled_replicas=4, max_replicas=16)
+    # once it has measured 4, the bootstrap no longer matters: ramp_factor x 4
+    assert len(AdlPolicy(bootstrap_replicas=16).optimize([seen], nodes, {})["seen"]) == 8
+
+
+def test_speedup_power_below_one_shares_with_the_less_urgent_job() -> None:
+    # Linear speedups: shortest-first alone gives the urgent job the whole node; a power mean
+    # over normalised speedups values the other job's first GPU more than its fourth.
+    nodes = nodes_of(1)
+    urgent = job("urgent", 0, speedup=amdahl(0.0), remaining_s=900.0)
+    other = job("other", 1, speedup=amdahl(0.0), remaining_s=3600.0)
+    plain = AdlPolicy(fairness=0).optimize([urgent, other], nodes, {})
+    assert len(plain["urgent"]) == 4 and not plain.get("other")
+    shared = AdlPolicy(fairness=0, speedup_power=0.5).optimize([urgent, other], nodes, {})
+    assert len(shared["urgent"]) == 3 and len(shared["other"]) == 1
