@@ -135,7 +135,10 @@ class AdlPolicy:
         horizon = k.restart_horizon_s
         ramp = math.ceil(math.log2(max(job.max_profiled_replicas, 1)))
         lifetime = max(job.age_s, horizon) / (max(job.restarts - ramp, 0) + 1)
-        return max(job.restart_cost_s, 0.0) * horizon / min(lifetime, horizon)
+        # churn_power > 1 makes a job that keeps being moved ever more expensive to move again:
+        # the planning view that its next configuration will not last either.
+        churn = (horizon / min(lifetime, horizon)) ** k.churn_power
+        return max(job.restart_cost_s, 0.0) * churn
 
     def _penalty(self, restart_s: float, remaining: float, speedup: float) -> float:
         k = self.knobs

@@ -57,6 +57,9 @@ class Knobs:
     change_margin: float = 0.0
     #: replicas a job that has profiled nothing may start on (>= 1)
     bootstrap_replicas: float = 1.0
+    #: exponent on (horizon / a job's average configuration lifetime) in its restart cost:
+    #: 1 = the cost spread over the lifetime; > 1 also resists moving jobs that churn
+    churn_power: float = 1.0
     #: power on each job's speedup normalised by its equal-share speedup (1 = linear; < 1 a
     #: power mean that favours the tail, combined with the shortest-first weights)
     speedup_power: float = 1.0

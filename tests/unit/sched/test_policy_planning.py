@@ -3,6 +3,7 @@ jump past what it has profiled (the ramp)."""
 
 from __future__ import annotations
 
+import pytest
 from policy_kit import amdahl, job, nodes_of
 
 from adl.sched.policy import AdlPolicy
@@ -78,3 +79,14 @@ def test_speedup_power_below_one_shares_with_the_less_urgent_job() -> None:
     assert len(plain["urgent"]) == 4 and not plain.get("other")
     shared = AdlPolicy(fairness=0, speedup_power=0.5).optimize([urgent, other], nodes, {})
     assert len(shared["urgent"]) == 3 and len(shared["other"]) == 1
+
+
+def test_churn_power_makes_a_job_that_keeps_moving_costlier_to_move_again() -> None:
+    # 5 restarts beyond the ramp in 1800 s: its configurations lasted 300 s on average, a sixth
+    # of the horizon. Linear: the 30 s restart costs 6 x 30 s; squared: 36 x 30 s.
+    churner = job("c", restarts=5, age_s=1800.0, max_profiled_replicas=1, remaining_s=1e6)
+    assert AdlPolicy().restart_penalty(churner) == pytest.approx(180.0 / 1800.0)
+    assert AdlPolicy(churn_power=2).restart_penalty(churner) == pytest.approx(1080.0 / 1800.0)
+    calm = job("q", restarts=0, age_s=1800.0, max_profiled_replicas=1, remaining_s=1e6)
+    # a job that has not churned pays its plain restart either way
+    assert AdlPolicy(churn_power=2).restart_penalty(calm) == pytest.approx(30.0 / 1800.0)
