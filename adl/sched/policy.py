@@ -130,10 +130,14 @@ class AdlPolicy:
         k = self.knobs
         # A configuration is expected to last as long as the job's past ones did on average
         # (age / (restarts + 1)), at most the horizon: the cost is spread over that lifetime.
-        # Restarts of the ramp-up (1, 2, 4, ... replicas: about log2 of the profiled count) are
-        # expected once and do not count as churn.
+        # Restarts of the ramp-up (bootstrap, then x ramp_factor each step: about
+        # log(profiled / bootstrap) / log(ramp_factor) of them) are expected once and do not
+        # count as churn.
         horizon = k.restart_horizon_s
-        ramp = math.ceil(math.log2(max(job.max_profiled_replicas, 1)))
+        steps = max(job.max_profiled_replicas, 1) / max(k.bootstrap_replicas, 1.0)
+        ramp = 0
+        if steps > 1 and k.ramp_factor > 1:
+            ramp = math.ceil(math.log(steps) / math.log(k.ramp_factor) - 1e-9)
         lifetime = max(job.age_s, horizon) / (max(job.restarts - ramp, 0) + 1)
         # churn_power > 1 makes a job that keeps being moved ever more expensive to move again:
         # the planning view that its next configuration will not last either.

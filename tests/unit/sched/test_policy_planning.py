@@ -90,3 +90,12 @@ def test_churn_power_makes_a_job_that_keeps_moving_costlier_to_move_again() -> N
     calm = job("q", restarts=0, age_s=1800.0, max_profiled_replicas=1, remaining_s=1e6)
     # a job that has not churned pays its plain restart either way
     assert AdlPolicy(churn_power=2).restart_penalty(calm) == pytest.approx(30.0 / 1800.0)
+
+
+def test_restarts_of_the_ramp_from_the_bootstrap_width_are_not_churn() -> None:
+    # Profiled 16: from 1 GPU doubling that is 4 ramp restarts; from a 4-GPU bootstrap, 1 (4 x 4).
+    ramped = job("r", restarts=4, age_s=1800.0, max_profiled_replicas=16, remaining_s=1e6)
+    assert AdlPolicy().restart_penalty(ramped) == pytest.approx(30.0 / 1800.0)
+    quick = AdlPolicy(bootstrap_replicas=4, ramp_factor=4)
+    # 3 of its 4 restarts were churn: configurations lasted 1800 / 4 s
+    assert quick.restart_penalty(ramped) == pytest.approx(4 * 30.0 / 1800.0)
