@@ -8,6 +8,9 @@ from policy_kit import amdahl, job, nodes_of
 
 from adl.sched.policy import AdlPolicy
 
+#: the policy before this change: the 1, 2, 4, ... ramp and no hysteresis margin
+OLD = {"ramp_factor": 2.0, "bootstrap_replicas": 1.0, "change_margin": 0.0}
+
 
 def _big_running_job():
     # 11 of 12 GPUs; the 12th adds 9 % speedup, the restart costs 5.8 % of the new value
@@ -28,12 +31,13 @@ def _big_running_job():
 
 def test_change_margin_keeps_a_running_job_whose_gain_is_within_the_margin() -> None:
     big, nodes, prev = _big_running_job()
-    assert len(AdlPolicy(grow_restarts=1.0).optimize([big], nodes, prev)["big"]) == 12
+    ramp = {"ramp_factor": 2.0, "bootstrap_replicas": 1.0}  # 4 ramp restarts, as described
+    assert len(AdlPolicy(grow_restarts=1.0, **OLD).optimize([big], nodes, prev)["big"]) == 12
     # 1.09 x (1 - 0.058) = 1.027: a 5 % margin leaves it where it is
-    kept = AdlPolicy(grow_restarts=1.0, change_margin=0.05).optimize([big], nodes, prev)
+    kept = AdlPolicy(grow_restarts=1.0, change_margin=0.05, **ramp).optimize([big], nodes, prev)
     assert sorted(kept["big"]) == sorted(prev["big"])
     # a 2 % margin is below the net gain: it still grows
-    grown = AdlPolicy(grow_restarts=1.0, change_margin=0.02).optimize([big], nodes, prev)
+    grown = AdlPolicy(grow_restarts=1.0, change_margin=0.02, **ramp).optimize([big], nodes, prev)
     assert len(grown["big"]) == 12
 
 
@@ -51,7 +55,7 @@ def test_change_margin_makes_a_newcomer_wait_rather_than_shrink_a_job_for_a_smal
     prev = {"run": ["n0"] * 4}
     run = job("run", 0, speedup=amdahl(0.1), remaining_s=4000.0, age_s=600.0)
     new = job("new", 1, speedup=amdahl(0.1), remaining_s=4400.0)
-    plain = AdlPolicy(srpt_power=0.5, fairness=0).optimize([run, new], nodes, prev)
+    plain = AdlPolicy(srpt_power=0.5, fairness=0, change_margin=0).optimize([run, new], nodes, prev)
     assert plain["new"]  # without a margin the newcomer gets GPUs from run
     held = AdlPolicy(srpt_power=0.5, fairness=0, change_margin=0.4).optimize(
         [run, new], nodes, prev
@@ -62,11 +66,15 @@ def test_change_margin_makes_a_newcomer_wait_rather_than_shrink_a_job_for_a_smal
 def test_bootstrap_replicas_sets_the_first_start_and_the_ramp_takes_over_after() -> None:
     nodes = nodes_of(4)
     fresh = job("fresh", speedup=amdahl(0.0), max_profiled_replicas=0, max_replicas=16)
-    assert len(AdlPolicy().optimize([fresh], nodes, {})["fresh"]) == 1  # the 1, 2, 4 ramp
-    assert len(AdlPolicy(bootstrap_replicas=4).optimize([fresh], nodes, {})["fresh"]) == 4
+    assert len(AdlPolicy(**OLD).optimize([fresh], nodes, {})["fresh"]) == 1  # the 1, 2, 4 ramp
+    assert len(AdlPolicy().optimize([fresh], nodes, {})["fresh"]) == 4  # the default: a node
     seen = job("seen", speedup=amdahl(0.0), max_profiled_replicas=4, max_replicas=16)
     # once it has measured 4, the bootstrap no longer matters: ramp_factor x 4
-    assert len(AdlPolicy(bootstrap_replicas=16).optimize([seen], nodes, {})["seen"]) == 8
+    assert (
+        len(AdlPolicy(bootstrap_replicas=16, ramp_factor=2).optimize([seen], nodes, {})["seen"])
+        == 8
+    )
+    assert len(AdlPolicy().optimize([seen], nodes, {})["seen"]) == 16
 
 
 def test_speedup_power_below_one_shares_with_the_less_urgent_job() -> None:
@@ -85,7 +93,7 @@ def test_churn_power_makes_a_job_that_keeps_moving_costlier_to_move_again() -> N
     # 5 restarts beyond the ramp in 1800 s: its configurations lasted 300 s on average, a sixth
     # of the horizon. Linear: the 30 s restart costs 6 x 30 s; squared: 36 x 30 s.
     churner = job("c", restarts=5, age_s=1800.0, max_profiled_replicas=1, remaining_s=1e6)
-    assert AdlPolicy().restart_penalty(churner) == pytest.approx(180.0 / 1800.0)
+    assert AdlPolicy(**OLD).restart_penalty(churner) == pytest.approx(180.0 / 1800.0)
     assert AdlPolicy(churn_power=2).restart_penalty(churner) == pytest.approx(1080.0 / 1800.0)
     calm = job("q", restarts=0, age_s=1800.0, max_profiled_replicas=1, remaining_s=1e6)
     # a job that has not churned pays its plain restart either way
@@ -95,7 +103,7 @@ def test_churn_power_makes_a_job_that_keeps_moving_costlier_to_move_again() -> N
 def test_restarts_of_the_ramp_from_the_bootstrap_width_are_not_churn() -> None:
     # Profiled 16: from 1 GPU doubling that is 4 ramp restarts; from a 4-GPU bootstrap, 1 (4 x 4).
     ramped = job("r", restarts=4, age_s=1800.0, max_profiled_replicas=16, remaining_s=1e6)
-    assert AdlPolicy().restart_penalty(ramped) == pytest.approx(30.0 / 1800.0)
+    assert AdlPolicy(**OLD).restart_penalty(ramped) == pytest.approx(30.0 / 1800.0)
     quick = AdlPolicy(bootstrap_replicas=4, ramp_factor=4)
     # 3 of its 4 restarts were churn: configurations lasted 1800 / 4 s
     assert quick.restart_penalty(ramped) == pytest.approx(4 * 30.0 / 1800.0)
