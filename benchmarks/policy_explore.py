@@ -248,7 +248,8 @@ def main() -> None:
         pub = [r for r in rs if r["workload"].startswith("workload")]
         gen = [r for r in rs if r["workload"].startswith(("generated", "gen-"))]
         print(
-            f"MEAN {v:14s} published={np.mean([r['avg_jct_s'] for r in pub]):.0f} "
+            f"MEAN {v:14s} "
+            f"published={np.mean([r['avg_jct_s'] for r in pub]) if pub else float('nan'):.0f} "
             f"generated={np.mean([r['avg_jct_s'] for r in gen]) if gen else float('nan'):.0f} "
             f"per-wl={'/'.join(str(round(r['avg_jct_s'])) for r in rs)}"
         )
