@@ -11,19 +11,22 @@ over concrete placements, where
   smallest job's extra GPUs are worth less than a longer job's first ones, and wasted GPU-time
   delays everyone queued later), so the default ``a = 1/2`` keeps strong shortest-first
   pressure while bounding the efficiency lost to it (makespan, tail JCT). Where a job did not
-  declare its length, ``R_j`` falls back to its attained service (least-attained-service: jobs
+  declare its length, ``R_j`` is the driver's prediction from completed jobs of the same kind
+  (:mod:`adl.sched.work_history`), else its attained service (least-attained-service: jobs
   that ran little are likely short). An aging term bounds how long any job can be starved;
 - ``keep_j`` is 1 for the job's current placement and ``1 - restart penalty`` for any other:
   the job's measured restart cost over the time the new configuration is expected to last
   (the horizon, the job's time left at the new speed, or its past configurations' average
   lifetime if shorter); growing a running job pays for two restarts (the GPUs are on loan
-  until a more urgent job takes them back).
+  until a more urgent job takes them back). A running job's move must also beat staying by
+  ``change_margin`` (hysteresis), so gains within the model's error restart nothing.
 
 The optimizer is a lazy marginal-gain greedy over concrete placements (see
 :mod:`adl.sched.placement`), with each job's candidate moves restricted to a few replica counts
 (+1, geometric steps up to its cap, filling whole nodes, back to last round's placement) so
-non-concave speedups (node boundaries) are handled by multi-GPU steps. Speedups above the
-replica count a job has measured are optimistic (:mod:`adl.sched.policy_optimism`) so jobs
+non-concave speedups (node boundaries) are handled by multi-GPU steps. A new job may start on
+one node (``bootstrap_replicas``) and then reach ``ramp_factor`` x what it measured. Speedups
+above the replica count a job has measured are optimistic (:mod:`adl.sched.policy_optimism`) so jobs
 explore; tables come from a fast batch search (:mod:`adl.sched.policy_goodput`). Last round's
 placements are a candidate move of their own, which is the warm start: a job keeps its GPUs
 unless giving them away pays for the restart. A local search then re-solves with each of the
