@@ -5,7 +5,10 @@ physical limit of each application (alone on the cluster from submission).
     PYTHONPATH=. .venv/bin/python benchmarks/policy_explore.py --variants base,srpt1
         [--workloads 1,2,3,4] [--generated 2] [--jobs 2] [--traces DIR] [--json PATH]
         [--breakdown] [--hide-remaining] [--restart-delay 30] [--reported-restart-delay S]
-        [--oracle-info] [--fixed-rounds]
+        [--oracle-info] [--fixed-rounds] [--load 1.0] [--sia-restarts] [--nodes 16]
+        [--no-predict]
+
+A variant ``@pollux`` (any registry name after ``@``) replays that baseline in the same run.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +35,16 @@ import numpy as np  # noqa: E402
 from adl.sched.policy import AdlPolicy  # noqa: E402
 from adl.sched.sim.generate import generate_workload  # noqa: E402
 from adl.sched.sim.metrics import summarize  # noqa: E402
+from adl.sched.sim.policies import make_policy, rounds_on_events  # noqa: E402
 from adl.sched.sim.published import (  # noqa: E402
     POLLUX_MAKESPAN_S,
     POLLUX_P99_JCT_S,
     published_avg_jct,
 )
-from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
+from adl.sched.sim.simulator import SIA_RESTART_S, SimConfig, simulate  # noqa: E402
 from adl.sched.sim.traces import default_traces_dir, load_traces  # noqa: E402
 from adl.sched.sim.workload import load_workload  # noqa: E402
+from adl.sched.types import Policy  # noqa: E402
 
 #: variant name -> AdlPolicy knobs (empty = defaults)
 VARIANTS: dict[str, dict[str, float]] = {
@@ -56,7 +62,10 @@ VARIANTS: dict[str, dict[str, float]] = {
 
 
 def parse_variant(spec: str) -> tuple[str, dict[str, float]]:
-    """``name`` from :data:`VARIANTS` or ``name:knob=value,knob=value`` ad hoc."""
+    """``name`` from :data:`VARIANTS`, ``name:knob=value+knob=value`` ad hoc, or ``@policy``:
+    a baseline from the registry (``@pollux``), replayed as its figures were produced."""
+    if spec.startswith("@"):
+        return spec, {}
     if ":" not in spec:
         return spec, VARIANTS[spec]
     name, rest = spec.split(":", 1)
@@ -71,13 +80,19 @@ def app_limits(traces: Path) -> dict[str, float]:
 
 
 def run_one(
-    args: tuple[str, dict[str, float], str, str, int | None, str | None, SimConfig],
+    args: tuple[str, dict[str, float], str, str, int | None, str | None, SimConfig, float],
 ) -> dict[str, Any]:
-    variant, knobs, workload, traces, gen_seed, path, config = args
+    variant, knobs, workload, traces, gen_seed, path, config, load = args
     apps = load_traces(traces)
-    jobs = load_workload(path) if path else generate_workload(int(gen_seed or 1))
+    jobs = load_workload(path) if path else generate_workload(int(gen_seed or 1), load=load)
     t0 = time.perf_counter()
-    result = simulate(jobs, AdlPolicy(seed=0, **knobs), traces=apps, config=config)
+    policy: Policy
+    if variant.startswith("@"):
+        policy = make_policy(variant[1:], 0, None)
+        config = replace(config, rounds_on_events=rounds_on_events(variant[1:]))
+    else:
+        policy = AdlPolicy(seed=0, **knobs)
+    result = simulate(jobs, policy, traces=apps, config=config)
     row = summarize(result)
     row.update(variant=variant, workload=workload, wall_s=time.perf_counter() - t0)
     # per-application breakdown from the timeline
@@ -102,11 +117,41 @@ def run_one(
         a["queue"].append(first.get(j.name, j.submit_s) - j.submit_s)
         a["gpus"].append(gpu_s[j.name] / max(run_s[j.name], 1.0))
         a["restarts"].append(j.restarts)
+    row["restart_kinds"] = restart_kinds(
+        result.timeline, {j.name: j.completion_s for j in result.jobs}
+    )
     row["apps"] = {
         app: {k: float(np.mean(v)) for k, v in d.items()} | {"n": len(d["jct"])}
         for app, d in per_app.items()
     }
     return row
+
+
+def restart_kinds(
+    timeline: list[tuple[int, dict[str, int]]], done_at: dict[str, int | None]
+) -> dict[str, float]:
+    """Allocation changes per job by kind, from the GPU counts after each round: the first
+    start, a resume after a preemption, a grow, a shrink, a preemption to 0 GPUs (no restart
+    by itself; the resume is one), and a move at the same count (counts alone cannot see it,
+    so it is what is left of the job's restarts)."""
+    kinds: dict[str, float] = defaultdict(float)
+    last: dict[str, int] = {}
+    started: set[str] = set()
+    for t, alloc in timeline:
+        for name in set(last) | set(alloc):
+            before, after = last.get(name, 0), alloc.get(name, 0)
+            end = done_at.get(name)
+            if before == after or (after == 0 and end is not None and end <= t):
+                continue
+            if before == 0:
+                kinds["resume" if name in started else "start"] += 1
+                started.add(name)
+            elif after == 0:
+                kinds["preempt"] += 1
+            else:
+                kinds["grow" if after > before else "shrink"] += 1
+        last = {n: g for n, g in alloc.items() if g > 0}
+    return {k: v / max(len(done_at), 1) for k, v in sorted(kinds.items())}
 
 
 def main() -> None:
@@ -137,8 +182,23 @@ def main() -> None:
         action="store_true",
         help="reschedule only every 60 s, not also when a job arrives or finishes",
     )
+    ap.add_argument("--load", type=float, default=1.0, help="job load of generated workloads")
+    ap.add_argument(
+        "--sia-restarts",
+        action="store_true",
+        help="what-if: Sia's measured restart cost per model instead of a flat --restart-delay",
+    )
+    ap.add_argument("--nodes", type=int, default=16, help="what-if: nodes of 4 GPUs")
+    ap.add_argument(
+        "--no-predict",
+        action="store_true",
+        help="with --hide-remaining: no prediction from completed jobs (LAS only)",
+    )
     a = ap.parse_args()
     config = SimConfig(
+        num_nodes=a.nodes,
+        restart_delay_by_app=SIA_RESTART_S if a.sia_restarts else (),
+        predict_remaining=not a.no_predict,
         hide_remaining=a.hide_remaining,
         restart_delay_s=a.restart_delay,
         reported_restart_s=a.reported_restart_delay,
@@ -151,9 +211,10 @@ def main() -> None:
         name, knobs = parse_variant(spec)
         for w in [x for x in a.workloads.split(",") if x]:
             path = str(traces / "workloads" / f"workload-{w}.csv")
-            tasks.append((name, knobs, f"workload-{w}", str(traces), None, path, config))
+            tasks.append((name, knobs, f"workload-{w}", str(traces), None, path, config, 1.0))
         for s in range(1, a.generated + 1):
-            tasks.append((name, knobs, f"generated-{s}", str(traces), s, None, config))
+            label = f"generated-{s}" if a.load == 1.0 else f"gen-{s}@{a.load:g}x"
+            tasks.append((name, knobs, label, str(traces), s, None, config, a.load))
     with ProcessPoolExecutor(a.jobs) as pool:
         rows = list(pool.map(run_one, tasks))
     limits = app_limits(traces)
@@ -175,6 +236,8 @@ def main() -> None:
             f"{r['round_ms_p95']:5.1f} {r['wall_s']:5.0f}"
         )
         if a.breakdown:
+            kinds = r["restart_kinds"]
+            print("    changes/job: " + " ".join(f"{k}={v:.2f}" for k, v in kinds.items()))
             for app, d in sorted(r["apps"].items()):
                 print(
                     f"    {app:12s} n={d['n']:3d} jct={d['jct']:7.0f} alone={limits[app]:6.0f} "
@@ -183,9 +246,10 @@ def main() -> None:
                 )
     for v, rs in by_variant.items():
         pub = [r for r in rs if r["workload"].startswith("workload")]
-        gen = [r for r in rs if r["workload"].startswith("generated")]
+        gen = [r for r in rs if r["workload"].startswith(("generated", "gen-"))]
         print(
-            f"MEAN {v:14s} published={np.mean([r['avg_jct_s'] for r in pub]):.0f} "
+            f"MEAN {v:14s} "
+            f"published={np.mean([r['avg_jct_s'] for r in pub]) if pub else float('nan'):.0f} "
             f"generated={np.mean([r['avg_jct_s'] for r in gen]) if gen else float('nan'):.0f} "
             f"per-wl={'/'.join(str(round(r['avg_jct_s'])) for r in rs)}"
         )

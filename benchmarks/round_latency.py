@@ -41,6 +41,7 @@ from adl.models import (
 )
 from adl.sched.hints import speedup_from_hints
 from adl.sched.policy import AdlPolicy
+from adl.sched.policy_knobs import parse_knobs
 from adl.sched.types import NodeInfo
 
 GPUS_PER_NODE = 4
@@ -106,12 +107,18 @@ class LocalBackend:
 
 
 def bench(
-    n_jobs: int, n_gpus: int, rounds: int, cached: bool, refit: float, backend: str
+    n_jobs: int,
+    n_gpus: int,
+    rounds: int,
+    cached: bool,
+    refit: float,
+    backend: str,
+    knobs: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     jobs = make_jobs(n_jobs, rng)
     nodes = [NodeInfo(f"node-{i}", GPUS_PER_NODE) for i in range(n_gpus // GPUS_PER_NODE)]
-    policy = AdlPolicy(seed=0)
+    policy = AdlPolicy(seed=0, **(knobs or {}))
     with tempfile.TemporaryDirectory() as tmp:
         if backend == "local":
             local = LocalBackend(jobs, n_gpus, Path(tmp), policy)
@@ -171,14 +178,21 @@ def main() -> None:
         "--no-cache-too", action="store_true", help="also time the old path (tables rebuilt)"
     )
     ap.add_argument("--json", dest="json_path", default=None)
+    ap.add_argument(
+        "--policy-knob",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an adl policy constant (repeatable), e.g. ramp_factor=2",
+    )
     args = ap.parse_args()
+    knobs = parse_knobs(args.policy_knob or [])
     rows = []
     print(f"{'backend':>7} {'jobs':>5} {'gpus':>5} {'cache':>6} {'first ms':>9} {'p50 ms':>8} "
           f"{'p95 ms':>8} {'max ms':>8}")  # fmt: skip
     for config in args.configs.split(","):
         n_jobs, n_gpus = (int(x) for x in config.split("x"))
         for cached in (False, True) if args.no_cache_too else (True,):
-            row = bench(n_jobs, n_gpus, args.rounds, cached, args.refit, args.backend)
+            row = bench(n_jobs, n_gpus, args.rounds, cached, args.refit, args.backend, knobs)
             rows.append(row)
             print(
                 f"{row['backend']:>7} {row['jobs']:>5} {row['gpus']:>5} {row['cache']!s:>6} "

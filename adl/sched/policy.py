@@ -11,19 +11,22 @@ over concrete placements, where
   smallest job's extra GPUs are worth less than a longer job's first ones, and wasted GPU-time
   delays everyone queued later), so the default ``a = 1/2`` keeps strong shortest-first
   pressure while bounding the efficiency lost to it (makespan, tail JCT). Where a job did not
-  declare its length, ``R_j`` falls back to its attained service (least-attained-service: jobs
+  declare its length, ``R_j`` is the driver's prediction from completed jobs of the same kind
+  (:mod:`adl.sched.work_history`), else its attained service (least-attained-service: jobs
   that ran little are likely short). An aging term bounds how long any job can be starved;
 - ``keep_j`` is 1 for the job's current placement and ``1 - restart penalty`` for any other:
   the job's measured restart cost over the time the new configuration is expected to last
   (the horizon, the job's time left at the new speed, or its past configurations' average
   lifetime if shorter); growing a running job pays for two restarts (the GPUs are on loan
-  until a more urgent job takes them back).
+  until a more urgent job takes them back). A running job's move must also beat staying by
+  ``change_margin`` (hysteresis), so gains within the model's error restart nothing.
 
 The optimizer is a lazy marginal-gain greedy over concrete placements (see
 :mod:`adl.sched.placement`), with each job's candidate moves restricted to a few replica counts
 (+1, geometric steps up to its cap, filling whole nodes, back to last round's placement) so
-non-concave speedups (node boundaries) are handled by multi-GPU steps. Speedups above the
-replica count a job has measured are optimistic (:mod:`adl.sched.policy_optimism`) so jobs
+non-concave speedups (node boundaries) are handled by multi-GPU steps. A new job may start on
+one node (``bootstrap_replicas``) and then reach ``ramp_factor`` x what it measured. Speedups
+above the replica count a job has measured are optimistic (:mod:`adl.sched.policy_optimism`) so jobs
 explore; tables come from a fast batch search (:mod:`adl.sched.policy_goodput`). Last round's
 placements are a candidate move of their own, which is the warm start: a job keeps its GPUs
 unless giving them away pays for the restart. A local search then re-solves with each of the
@@ -71,6 +74,7 @@ class _Job:
     prev_replicas: int
     table: SpeedupTable
     placement: Placement
+    fair: float = 1.0  # speedup at an equal share of the cluster (power-mean normalisation)
     replicas: int = 0
     utility: float = 0.0
 
@@ -105,10 +109,14 @@ class AdlPolicy:
         return max(job.weight, 0.0) * aging / remaining**k.srpt_power
 
     def _remaining(self, job: JobInfo) -> float:
-        """Remaining seconds on one GPU: declared, or estimated from attained service (LAS)."""
+        """Remaining seconds on one GPU: declared, else predicted by the driver from completed
+        jobs of the same kind, else estimated from attained service (LAS)."""
         k = self.knobs
         if job.remaining_s is not None:
             return max(job.remaining_s, k.min_remaining_s)
+        predicted = job.expected_remaining_s
+        if k.use_predicted_remaining > 0 and predicted is not None and math.isfinite(predicted):
+            return max(predicted, k.min_remaining_s)
         return job.attained_service_s + k.unknown_remaining_s
 
     def restart_penalty(self, job: JobInfo, speedup: float = 1.0) -> float:
@@ -125,12 +133,19 @@ class AdlPolicy:
         k = self.knobs
         # A configuration is expected to last as long as the job's past ones did on average
         # (age / (restarts + 1)), at most the horizon: the cost is spread over that lifetime.
-        # Restarts of the ramp-up (1, 2, 4, ... replicas: about log2 of the profiled count) are
-        # expected once and do not count as churn.
+        # Restarts of the ramp-up (bootstrap, then x ramp_factor each step: about
+        # log(profiled / bootstrap) / log(ramp_factor) of them) are expected once and do not
+        # count as churn.
         horizon = k.restart_horizon_s
-        ramp = math.ceil(math.log2(max(job.max_profiled_replicas, 1)))
+        steps = max(job.max_profiled_replicas, 1) / max(k.bootstrap_replicas, 1.0)
+        ramp = 0
+        if steps > 1 and k.ramp_factor > 1:
+            ramp = math.ceil(math.log(steps) / math.log(k.ramp_factor) - 1e-9)
         lifetime = max(job.age_s, horizon) / (max(job.restarts - ramp, 0) + 1)
-        return max(job.restart_cost_s, 0.0) * horizon / min(lifetime, horizon)
+        # churn_power > 1 makes a job that keeps being moved ever more expensive to move again:
+        # the planning view that its next configuration will not last either.
+        churn = (horizon / min(lifetime, horizon)) ** k.churn_power
+        return max(job.restart_cost_s, 0.0) * churn
 
     def _penalty(self, restart_s: float, remaining: float, speedup: float) -> float:
         k = self.knobs
@@ -139,7 +154,12 @@ class AdlPolicy:
         return min(max(frac, 0.0), k.max_restart_penalty)
 
     def replica_cap(self, job: JobInfo, total: int) -> int:
-        ramp = max(1, math.floor(self.knobs.ramp_factor * job.max_profiled_replicas))
+        k = self.knobs
+        profiled = job.max_profiled_replicas
+        # A job that has measured nothing starts on ``bootstrap_replicas`` (its model is still
+        # the optimistic prior); after that it may reach ``ramp_factor`` x what it measured.
+        reach = k.ramp_factor * profiled if profiled else k.bootstrap_replicas
+        ramp = max(1, math.floor(reach))
         cap = min(job.max_replicas, ramp, total // max(job.gpus_per_replica, 1))
         return max(cap, min(job.min_replicas, total // max(job.gpus_per_replica, 1)))
 
@@ -165,6 +185,11 @@ class AdlPolicy:
     def _value(self, job: _Job, nodes: int, replicas: int, moved: bool) -> float:
         """The job's value on ``replicas`` over ``nodes``; a ``moved`` job pays its restart."""
         speedup = job.table.get(nodes, replicas, job.cap)
+        q = self.knobs.speedup_power
+        if q != 1.0:
+            # Power mean over speedups normalised by the job's equal share: concave for q < 1,
+            # so a job's first GPUs count more than another job's extra ones (the tail).
+            speedup = job.fair * (speedup / job.fair) ** q
         value = job.weight * speedup
         if moved:  # (re)starting costs every job the same delay
             restart_s = job.restart_s
@@ -173,6 +198,10 @@ class AdlPolicy:
                 # back, it restarts a second time. Growth must pay for both restarts.
                 restart_s *= self.knobs.grow_restarts
             value *= 1.0 - self._penalty(restart_s, job.remaining, speedup)
+            if job.prev is not None:
+                # Hysteresis: a running job's change must beat staying by more than the
+                # model's own error, or the policy restarts jobs on noise.
+                value /= 1.0 + self.knobs.change_margin
         return value
 
     # ------------------------------------------------------------------ greedy moves
@@ -234,6 +263,7 @@ class AdlPolicy:
         previous: Mapping[str, Sequence[str]],
     ) -> list[_Job]:
         total = sum(cluster.capacity)
+        share = max(total // max(len(jobs), 1), 1)  # GPUs of an equal share
         out = []
         for info in sorted(jobs, key=lambda j: (j.submit_order, j.name)):
             prev_names = previous.get(info.name) or []
@@ -255,6 +285,11 @@ class AdlPolicy:
                     placement={},
                 )
             )
+            if self.knobs.speedup_power != 1.0:
+                job = out[-1]
+                fair = max(min(share // job.gpr, job.cap), 1)
+                per_node = max(cluster.max_gpus // job.gpr, 1)
+                job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)
         return out
 
     def optimize(

@@ -22,7 +22,7 @@ class Knobs:
     """
 
     #: a job may use at most ``ramp_factor`` x the largest replica count it has profiled (>= 1)
-    ramp_factor: float = 2.0
+    ramp_factor: float = 4.0
     #: exponent on remaining work: 1 = shortest-remaining-first, 0 = maximize total speedup
     srpt_power: float = 0.5
     #: fairness/aging: a job's priority grows by ``(1 + age / R)^fairness`` (0 = no aging)
@@ -49,6 +49,21 @@ class Knobs:
     dp: float = 1.0
     #: ... while jobs x (free GPUs + 1) is at most this (the knapsack's table size)
     dp_max_cells: float = 200_000.0
+    #: use the driver's prediction of remaining work (from completed jobs of the same kind)
+    #: for a job that did not declare its length (0 = least-attained-service only)
+    use_predicted_remaining: float = 1.0
+    #: hysteresis: a running job's new configuration must be worth ``1 + change_margin`` times
+    #: what its restart penalty leaves, so gains within the model's error restart nothing
+    change_margin: float = 0.25
+    #: replicas a job that has profiled nothing may start on (>= 1): one node's worth, where
+    #: the optimistic prior can only be wrong about compute, not about cross-node sync
+    bootstrap_replicas: float = 4.0
+    #: exponent on (horizon / a job's average configuration lifetime) in its restart cost:
+    #: 1 = the cost spread over the lifetime; > 1 also resists moving jobs that churn
+    churn_power: float = 1.0
+    #: power on each job's speedup normalised by its equal-share speedup (1 = linear; < 1 a
+    #: power mean that favours the tail, combined with the shortest-first weights)
+    speedup_power: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -66,6 +81,8 @@ class Knobs:
 _ANY_NONNEGATIVE = (0.0, math.inf, True)
 _RANGES: dict[str, tuple[float, float, bool]] = {
     "ramp_factor": (1.0, math.inf, True),
+    "bootstrap_replicas": (1.0, math.inf, True),
+    "speedup_power": (0.05, 1.0, True),
     "min_remaining_s": (1e-3, math.inf, True),
     "unknown_remaining_s": (1e-3, math.inf, True),
     "restart_horizon_s": (1e-3, math.inf, True),

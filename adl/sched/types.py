@@ -47,7 +47,8 @@ class JobInfo:
 
     ``remaining_s`` is the job's own estimate of the seconds it still needs on the baseline
     configuration (1 replica on 1 node, best batch size), or None when the job did not declare
-    its length; time at (N, K) is then ``remaining_s / speedup(N, K)``.
+    its length; time at (N, K) is then ``remaining_s / speedup(N, K)``. ``kind`` groups
+    similar jobs (application, image or user label) for the driver's remaining-work history.
     """
 
     name: str
@@ -60,11 +61,15 @@ class JobInfo:
     restart_cost_s: float = 30.0
     attained_service_s: float = 0.0  # GPU-seconds received so far
     remaining_s: float | None = None
+    #: when ``remaining_s`` is not declared: the driver's prediction from completed jobs of
+    #: the same kind (:mod:`adl.sched.work_history`), or None when it has none
+    expected_remaining_s: float | None = None
     max_profiled_replicas: int = 0
     preemptible: bool = True
     gpus_per_replica: int = 1
     submit_order: int = 0  # tie-breaker: earlier submissions first
     priority: int = 0  # strict tiers: higher-priority jobs are served first
+    kind: str = ""  # similar jobs share a kind; "" = none
 
 
 class Policy(Protocol):

@@ -155,6 +155,17 @@ class SimJob:
             return None
         return self.work_left / fn.base_goodput
 
+    def done_work_s(self) -> float | None:
+        """Work done so far in seconds on one GPU at its best batch (the unit of
+        ``remaining_s``), as the job itself would report it: its progress over its own model's
+        single-GPU goodput; 0 before it has progressed, None when it has no model to say."""
+        if self.progress <= 0:
+            return 0.0
+        fn = self.speedup_fn()
+        if not isinstance(fn, SpeedupFunction) or fn.base_goodput <= 0:
+            return None
+        return self.progress / fn.base_goodput
+
     def job_info(self, now: int, *, hide_remaining: bool = False) -> JobInfo:
         """What a real job could report to the scheduler: its own model (no trace knowledge),
         or, as the simulator's diagnostic what-if, the trace truth with no ramp cap."""
@@ -183,6 +194,7 @@ class SimJob:
             max_profiled_replicas=profiled,
             preemptible=True,
             submit_order=self.order,
+            kind=self.app.name,
         )
 
     # ------------------------------------------------------------------ batch choice

@@ -25,7 +25,9 @@ def test_allocations_are_valid_and_respect_bounds(seed):
         for j in jobs:
             k = len(alloc[j.name])
             assert k == 0 or j.min_replicas <= k <= j.max_replicas
-            assert k <= max(2 * j.max_profiled_replicas, 1, j.min_replicas)
+            knobs, profiled = policy.knobs, j.max_profiled_replicas
+            reach = knobs.ramp_factor * profiled if profiled else knobs.bootstrap_replicas
+            assert k <= max(reach, 1, j.min_replicas)
         previous = alloc
         jobs = [replace(j, max_profiled_replicas=max(j.max_profiled_replicas, 1)) for j in jobs]
 
@@ -78,11 +80,16 @@ def test_large_job_spans_the_fewest_nodes():
 
 
 def test_ramp_cap_twice_profiled_replicas():
+    # the 1, 2, 4, ... ramp (the defaults start on a node and ramp x 4: the planning tests)
     nodes = nodes_of(4)
-    fresh = AdlPolicy().optimize([job("a", max_profiled_replicas=0)], nodes, {})
+    doubling = AdlPolicy(ramp_factor=2, bootstrap_replicas=1)
+    fresh = doubling.optimize([job("a", max_profiled_replicas=0)], nodes, {})
     assert len(fresh["a"]) == 1
-    ramped = AdlPolicy().optimize([job("a", max_profiled_replicas=3)], nodes, {})
+    ramped = doubling.optimize([job("a", max_profiled_replicas=3)], nodes, {})
     assert len(ramped["a"]) == 6
+    # the defaults: one node first, then 4 x what was measured
+    assert len(AdlPolicy().optimize([job("a", max_profiled_replicas=0)], nodes, {})["a"]) == 4
+    assert len(AdlPolicy().optimize([job("a", max_profiled_replicas=3)], nodes, {})["a"]) == 12
 
 
 def test_min_replicas_all_or_nothing():
@@ -314,9 +321,12 @@ def test_running_job_grows_only_when_the_gain_pays_for_two_restarts():
         remaining_s=1e6,
     )
     # Lifetime 3600 / (10 - 4 ramp restarts + 1) = 514 s: one restart costs 5.8 %, two 11.7 %;
-    # the 12th GPU adds 9 %.
-    assert len(AdlPolicy().optimize([big], nodes, prev)["big"]) == 11
-    assert len(AdlPolicy(grow_restarts=1.0).optimize([big], nodes, prev)["big"]) == 12
+    # the 12th GPU adds 9 %. (The 1, 2, 4, ... ramp and no hysteresis margin, so that only
+    # the restart count decides; the margin has its own tests in test_policy_planning.)
+    plain = {"ramp_factor": 2.0, "bootstrap_replicas": 1.0, "change_margin": 0.0}
+    assert len(AdlPolicy(**plain).optimize([big], nodes, prev)["big"]) == 11
+    grown = AdlPolicy(grow_restarts=1.0, **plain).optimize([big], nodes, prev)
+    assert len(grown["big"]) == 12
 
 
 def test_restart_penalty_counts_the_time_left_at_the_new_speed():
