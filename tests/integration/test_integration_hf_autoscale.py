@@ -23,9 +23,10 @@ pytest.importorskip("transformers")
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "hf_autoscale_worker.py"
 SIZE, EPOCHS, B0, LOCAL_MAX = 512, 4, 8, 16
+LR = 0.005  # a constant schedule: only adl's scaling moves the LR
 ARGS = (
     *("--size", str(SIZE), "--epochs", str(EPOCHS), "--batch", str(B0)),
-    *("--max-batch", "128", "--local-max", str(LOCAL_MAX)),
+    *("--max-batch", "128", "--local-max", str(LOCAL_MAX), "--lr", str(LR)),
 )
 GATES = (20, 70)  # grow in epoch 0 (64 steps at B0), suspend in epoch 1
 
@@ -83,6 +84,12 @@ def test_hf_autoscaled_batch_changes_and_the_logged_metrics_add_up(
     assert [e["step"] for e in logged] == steps
     for e, r in zip(logged, recs, strict=True):
         assert e["batch_size"] == r["batch"] and e["epoch"] == r["epoch"], (e, r)
+        # the LR applied follows the batch: the constant LR at B0, scaled up (by at most the
+        # batch ratio) above it, whichever start of the job the step ran in
+        if r["batch"] == B0:
+            assert e["learning_rate"] == LR, (e, r)
+        else:
+            assert LR < e["learning_rate"] <= LR * r["batch"] / B0, (e, r)
     # the run's mean loss is the sample-weighted mean of the steps' (the sums behind both
     # survived each restart and no sample was counted twice or dropped)
     final = history[-1]
