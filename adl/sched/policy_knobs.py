@@ -22,7 +22,7 @@ class Knobs:
     """
 
     #: a job may use at most ``ramp_factor`` x the largest replica count it has profiled (>= 1)
-    ramp_factor: float = 4.0
+    ramp_factor: float = 2.0
     #: exponent on remaining work: 1 = shortest-remaining-first, 0 = maximize total speedup
     srpt_power: float = 0.5
     #: fairness/aging: a job's priority grows by ``(1 + age / R)^fairness`` (0 = no aging)
@@ -54,10 +54,10 @@ class Knobs:
     use_predicted_remaining: float = 1.0
     #: hysteresis: a running job's new configuration must be worth ``1 + change_margin`` times
     #: what its restart penalty leaves, so gains within the model's error restart nothing
-    change_margin: float = 0.25
+    change_margin: float = 0.0
     #: replicas a job that has profiled nothing may start on (>= 1): one node's worth, where
     #: the optimistic prior can only be wrong about compute, not about cross-node sync
-    bootstrap_replicas: float = 4.0
+    bootstrap_replicas: float = 1.0
     #: exponent on (horizon / a job's average configuration lifetime) in its restart cost:
     #: 1 = the cost spread over the lifetime; > 1 also resists moving jobs that churn
     churn_power: float = 1.0

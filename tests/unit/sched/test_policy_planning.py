@@ -9,7 +9,9 @@ from policy_kit import amdahl, job, nodes_of
 from adl.sched.policy import AdlPolicy
 
 #: the policy before this change: the 1, 2, 4, ... ramp and no hysteresis margin
-OLD = {"ramp_factor": 2.0, "bootstrap_replicas": 1.0, "change_margin": 0.0}
+OLD = {"ramp_factor": 2.0, "bootstrap_replicas": 1.0, "change_margin": 0.0}  # the defaults
+#: issue 22's variant (opt-in through the knobs, see docs/results.md)
+NODE_FIRST = {"ramp_factor": 4.0, "bootstrap_replicas": 4.0, "change_margin": 0.25}
 
 
 def _big_running_job():
@@ -67,14 +69,15 @@ def test_bootstrap_replicas_sets_the_first_start_and_the_ramp_takes_over_after()
     nodes = nodes_of(4)
     fresh = job("fresh", speedup=amdahl(0.0), max_profiled_replicas=0, max_replicas=16)
     assert len(AdlPolicy(**OLD).optimize([fresh], nodes, {})["fresh"]) == 1  # the 1, 2, 4 ramp
-    assert len(AdlPolicy().optimize([fresh], nodes, {})["fresh"]) == 4  # the default: a node
+    assert len(AdlPolicy().optimize([fresh], nodes, {})["fresh"]) == 1  # the defaults are that
+    assert len(AdlPolicy(**NODE_FIRST).optimize([fresh], nodes, {})["fresh"]) == 4  # a node
     seen = job("seen", speedup=amdahl(0.0), max_profiled_replicas=4, max_replicas=16)
     # once it has measured 4, the bootstrap no longer matters: ramp_factor x 4
     assert (
         len(AdlPolicy(bootstrap_replicas=16, ramp_factor=2).optimize([seen], nodes, {})["seen"])
         == 8
     )
-    assert len(AdlPolicy().optimize([seen], nodes, {})["seen"]) == 16
+    assert len(AdlPolicy(**NODE_FIRST).optimize([seen], nodes, {})["seen"]) == 16
 
 
 def test_speedup_power_below_one_shares_with_the_less_urgent_job() -> None:
