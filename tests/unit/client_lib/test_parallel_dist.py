@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
-import traceback
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from client_kit import sgd_reference_step
+from client_kit import run_gloo_ranks, sgd_reference_step
 from torch import nn
 
 from adl.client_lib.gns import unbiased_estimates
@@ -178,34 +173,6 @@ def _checks(rank: int) -> None:
     _assert_same_on_every_rank(adp.gns._state, _flat(model))
 
 
-def _worker(rank: int, store: str, errors: str) -> None:
-    os.environ.pop("ADL_API_URL", None)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    try:
-        _checks(rank)
-    except BaseException:
-        Path(errors, f"rank{rank}.txt").write_text(traceback.format_exc())
-        raise
-    finally:
-        # Every rank stops using the group before any tears it down (gloo aborts a rank whose
-        # peer closes the connections under it: "terminate called without an active exception")
-        with contextlib.suppress(Exception):
-            dist.monitored_barrier(timeout=timedelta(seconds=30))
-        dist.destroy_process_group()
-
-
 @pytest.mark.slow
 def test_two_gloo_replicas(tmp_path: Path) -> None:
-    errors = tmp_path / "errors"
-    errors.mkdir()
-    try:
-        mp.start_processes(
-            _worker,
-            args=(str(tmp_path / "store"), str(errors)),
-            nprocs=WORLD,
-            start_method="spawn",
-        )
-    except Exception as err:
-        details = "\n".join(p.read_text() for p in sorted(errors.iterdir()))
-        pytest.fail(f"worker failed: {err}\n{details}")
+    run_gloo_ranks(_checks, WORLD, tmp_path)

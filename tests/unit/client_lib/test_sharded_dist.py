@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
-import traceback
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from client_kit import run_gloo_ranks
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
@@ -104,32 +101,6 @@ def _checks(rank: int) -> None:
     assert need.working_bytes == 2 * (17 * DIM + 17) * 4  # the larger layer, twice
 
 
-def _worker(rank: int, store: str, errors: str) -> None:
-    os.environ.pop("ADL_API_URL", None)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    try:
-        _checks(rank)
-    except BaseException:
-        Path(errors, f"rank{rank}.txt").write_text(traceback.format_exc())
-        raise
-    finally:
-        with contextlib.suppress(Exception):
-            dist.monitored_barrier(timeout=timedelta(seconds=30))
-        dist.destroy_process_group()
-
-
 @pytest.mark.slow
 def test_sharded_norms_per_group_equal_the_unsharded_truth(tmp_path: Path) -> None:
-    errors = tmp_path / "errors"
-    errors.mkdir()
-    try:
-        mp.start_processes(
-            _worker,
-            args=(str(tmp_path / "store"), str(errors)),
-            nprocs=WORLD,
-            start_method="spawn",
-        )
-    except Exception as err:
-        details = "\n".join(p.read_text() for p in sorted(errors.iterdir()))
-        pytest.fail(f"worker failed: {err}\n{details}")
+    run_gloo_ranks(_checks, WORLD, tmp_path)
