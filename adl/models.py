@@ -4,6 +4,7 @@ schema and the CRD schema. Field names are snake_case in Python and camelCase on
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
@@ -245,6 +246,14 @@ class CheckpointSpec(_Model):
         return self
 
 
+#: the longest ``spec.jobKind``
+MAX_JOB_KIND = 253
+#: what ``spec.jobKind`` may hold: letters, digits and the punctuation of image references and
+#: file paths (``ghcr.io/team/bert:1.2``, ``resnet50-imagenet``). It is shown in events and
+#: log lines, so no spaces or control characters.
+JOB_KIND_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+=-]*$"
+
+
 class AdaptiveJobSpec(_Model):
     """The user's request: a range of replicas, not a number."""
 
@@ -266,6 +275,16 @@ class AdaptiveJobSpec(_Model):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(default=3, ge=0, le=1000, description="failure budget")
     termination_grace_period_seconds: int = Field(default=60, ge=1, le=3600)
+    job_kind: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_JOB_KIND,
+        # checked by ``_job_kind_chars`` (a readable message); the API server checks this
+        json_schema_extra={"pattern": JOB_KIND_PATTERN},
+        description="groups similar jobs: a job that does not declare its length gets its "
+        "remaining work predicted from completed jobs of the same kind in its namespace "
+        "(default: the trainer's image, else the script or program its command runs)",
+    )
 
     @field_validator("template", mode="before")
     @classmethod
@@ -298,6 +317,16 @@ class AdaptiveJobSpec(_Model):
                     f"template.spec.containers[0].{key} must be a list of strings,"
                     f" e.g. [python, train.py], got {value!r}"
                 )
+        return v
+
+    @field_validator("job_kind")
+    @classmethod
+    def _job_kind_chars(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(JOB_KIND_PATTERN, v):
+            raise ValueError(
+                "jobKind must start with a letter or digit and hold only letters, digits and"
+                f" . _ : / @ + = - (got {v!r})"
+            )
         return v
 
     @model_validator(mode="after")

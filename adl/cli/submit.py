@@ -45,6 +45,7 @@ def spec_from_command(
     checkpoint_size: str | None = None,
     priority: int | None = None,
     weight: float | None = None,
+    job_kind: str | None = None,
 ) -> AdaptiveJobSpec:
     """An AdaptiveJob spec running ``command``: on this machine, or in ``image`` on a cluster."""
     env_list = []
@@ -73,6 +74,8 @@ def spec_from_command(
         body["priority"] = priority
     if weight is not None:
         body["weight"] = weight
+    if job_kind is not None:
+        body["jobKind"] = job_kind
     checkpoint = {
         k: v
         for k, v in (
@@ -182,6 +185,14 @@ def submit(
         float | None,
         typer.Option("--weight", help="importance within a tier (default 1)"),
     ] = None,
+    job_kind: Annotated[
+        str | None,
+        typer.Option(
+            "--job-kind",
+            help="groups similar jobs: an undeclared length is predicted from completed jobs"
+            " of this kind (default: the image, else the script)",
+        ),
+    ] = None,
     backend: BackendOpt = None,
 ) -> None:
     """Submit a job: adl submit NAME -- python train.py, or adl submit -f job.yaml."""
@@ -199,6 +210,7 @@ def submit(
         "--checkpoint-size": checkpoint_size,
         "--priority": priority,
         "--weight": weight,
+        "--job-kind": job_kind,
     }
     given = [flag for flag, value in flags.items() if value is not None]
     try:
@@ -236,6 +248,7 @@ def submit(
                 checkpoint_size=checkpoint_size,
                 priority=priority,
                 weight=weight,
+                job_kind=job_kind,
             )
         if not name:
             raise ValueError("the job needs a name")

@@ -2,8 +2,10 @@
 
 ``Driver.step_job`` observes a job's workers, steps the pure lifecycle and executes its actions
 in order (``SetStatus`` first); ``Driver.run_round`` reads every job and node, adds the service
-each running job attained since the last round, asks the policy for an allocation with speedup
-tables kept warm across rounds, records the changed answers and says why each changed. The
+each running job attained since the last round, records the jobs that succeeded since (their
+total work predicts the remaining work of jobs of the same kind that declared no length:
+``adl.controller.history``), asks the policy for an allocation with speedup tables kept warm
+across rounds, records the changed answers and says why each changed. The
 backends (``adl.local``, ``adl.operator``) supply only the primitives of
 ``adl.controller.backend.WorkerBackend`` and decide *when* to call these two.
 
@@ -21,6 +23,7 @@ from datetime import UTC, datetime
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.backend import WorkerBackend
+from adl.controller.history import CompletedWork
 from adl.controller.lifecycle import Timing, set_condition, step
 from adl.controller.rounds import (
     JobRecord,
@@ -65,6 +68,7 @@ class Driver:
         *,
         on_round: Callable[[RoundResult], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        completed: CompletedWork | None = None,
     ) -> None:
         self.backend = backend
         self.policy = policy
@@ -74,6 +78,9 @@ class Driver:
         self.on_round = on_round  # e.g. the round-latency histogram
         self.clock = clock  # monotonic seconds: service accrues by its differences
         self._accrued_at: dict[str, float] = {}
+        #: total work of the jobs that succeeded, by kind: the remaining work of jobs that
+        #: declared no length is predicted from it (rebuilt from the listing after a restart)
+        self.completed = completed or CompletedWork()
 
     def step_job(self, job: JobRecord, now: datetime) -> list[Action]:
         """One lifecycle step of ``job``, executed; returns the actions taken."""
@@ -86,7 +93,8 @@ class Driver:
         """One scheduling round over everything the backend holds."""
         jobs = self._accrue(list(self.backend.round_jobs()))
         nodes = list(self.backend.round_nodes())
-        result = run_round(self.policy, jobs, nodes, now, self.speedups)
+        self.completed.record(jobs)
+        result = run_round(self.policy, jobs, nodes, now, self.speedups, self.completed)
         self.rounds.add(result)
         if self.on_round is not None:
             self.on_round(result)

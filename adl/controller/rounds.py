@@ -16,6 +16,7 @@ from datetime import datetime
 
 import numpy as np
 
+from adl.controller.history import CompletedWork, job_kind
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.decisions import Decision, explain
 from adl.sched.hints import (
@@ -117,13 +118,20 @@ def resuming(spec: AdaptiveJobSpec, status: AdaptiveJobStatus) -> bool:
 
 
 def job_info(
-    record: JobRecord, now: datetime, order: int = 0, speedups: SpeedupCache | None = None
+    record: JobRecord,
+    now: datetime,
+    order: int = 0,
+    speedups: SpeedupCache | None = None,
+    completed: CompletedWork | None = None,
 ) -> JobInfo:
-    """The policy's view of one job: only what the job itself reported."""
+    """The policy's view of one job: only what the job itself reported and, when it declared
+    no length, its remaining work as predicted from ``completed`` jobs of its kind."""
     spec, status = record.spec, record.status
     hints = status.hints
     speedup = speedups.get(record.key, hints) if speedups is not None else speedup_from_hints(hints)
     cost = hints.restart_cost_s if hints is not None and hints.restart_cost_s else None
+    predicted = completed.predict(record, speedup) if completed is not None else None
+    expected, basis = predicted if predicted is not None else (None, 0)
     return JobInfo(
         name=record.key,
         speedup=speedup,
@@ -135,6 +143,9 @@ def job_info(
         restart_cost_s=cost if cost is not None else DEFAULT_RESTART_COST_S,
         attained_service_s=status.attained_service_s,
         remaining_s=remaining_seconds(hints, speedup),
+        expected_remaining_s=expected,
+        predicted_from=basis,
+        kind=completed.kind(spec) if completed is not None else job_kind(spec),
         max_profiled_replicas=hints.max_profiled_replicas if hints is not None else 0,
         preemptible=spec.preemptible,
         gpus_per_replica=spec.gpus_per_replica,
@@ -228,13 +239,16 @@ def _probe(info: JobInfo) -> None:
 
 
 def _usable_infos(
-    movable: Sequence[JobRecord], now: datetime, speedups: SpeedupCache | None
+    movable: Sequence[JobRecord],
+    now: datetime,
+    speedups: SpeedupCache | None,
+    completed: CompletedWork | None,
 ) -> tuple[list[JobInfo], dict[str, str]]:
     """The policy's view of each job, and the jobs whose view cannot be built or probed."""
     infos, faults = [], {}
     for order, r in enumerate(movable):
         try:
-            info = job_info(r, now, order, speedups)
+            info = job_info(r, now, order, speedups, completed)
             if speedups is None or not speedups.probed(r.key, info.max_replicas):
                 _probe(info)
                 if speedups is not None:
@@ -269,9 +283,11 @@ def plan_round(
     nodes: Sequence[NodeInfo],
     now: datetime,
     speedups: SpeedupCache | None = None,
+    completed: CompletedWork | None = None,
 ) -> RoundResult:
     """Ask the policy for a new allocation of all participating jobs (oldest first). Pass the
-    same ``speedups`` cache every round to keep the policy's per-job work warm.
+    same ``speedups`` cache every round to keep the policy's per-job work warm, and the
+    driver's ``completed`` work to predict the remaining work of jobs of undeclared length.
 
     One job cannot fail the round for the others: a job whose view cannot be built, whose
     speedup function raises or answers no number, or with which the policy raises even on its
@@ -283,7 +299,7 @@ def plan_round(
     # finishing jobs keep what they hold; the policy shares out the rest
     pinned = {r.key for r in live if finishing(r.status, now) and _current(r)}
     movable = [r for r in live if r.key not in pinned]
-    infos, faults = _usable_infos(movable, now, speedups)
+    infos, faults = _usable_infos(movable, now, speedups, completed)
     if speedups is not None:
         speedups.sweep()
     previous = {r.key: _current(r) for r in live}
@@ -337,10 +353,11 @@ def run_round(
     nodes: Sequence[NodeInfo],
     now: datetime,
     speedups: SpeedupCache | None = None,
+    completed: CompletedWork | None = None,
 ) -> RoundResult:
     """``plan_round`` timed with a monotonic clock (the only impure part of the round)."""
     t0 = time.perf_counter()
-    result = plan_round(policy, jobs, nodes, now, speedups)
+    result = plan_round(policy, jobs, nodes, now, speedups, completed)
     return replace(result, duration_s=time.perf_counter() - t0)
 
 

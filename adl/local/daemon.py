@@ -31,6 +31,7 @@ from typing import Any
 
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.driver import Driver, execute
+from adl.controller.history import CompletedWork
 from adl.controller.lifecycle import ObservedWorkers, Timing, teardown
 from adl.controller.rounds import JobRecord as RoundJob
 from adl.controller.rounds import RoundResult
@@ -88,7 +89,12 @@ class Daemon:
         self.jobs: dict[str, JobRecord] = {}
         self.groups = WorkerGroups(settings, self.store, self.jobs)
         policy = (policy_factory or registry.policy_factory())()
-        self.driver = Driver(self, policy, settings.timing, on_round=self._on_round)
+        # the daemon runs container 0's command here, never its image: kinds come from the
+        # command alone
+        completed = CompletedWork(images=False)
+        self.driver = Driver(
+            self, policy, settings.timing, on_round=self._on_round, completed=completed
+        )
         self.rounds = self.driver.rounds
         self._revs: dict[str, int] = {}
         self._told_unfit: set[str] = set()

@@ -33,6 +33,10 @@ class Decision:
     reported: bool = True  # False: no throughput model yet (speedups are the linear prior)
     took_from: tuple[str, ...] = ()  # jobs that shrank while this one grew
     gave_to: tuple[str, ...] = ()  # jobs that grew while this one shrank
+    #: the job did not declare its length: its remaining work was predicted from this many
+    #: completed jobs of kind ``predicted_kind`` (0: not predicted)
+    predicted_from: int = 0
+    predicted_kind: str = ""
 
     @property
     def kind(self) -> str:
@@ -81,6 +85,12 @@ class Decision:
             parts.append("GPUs to " + ", ".join(self.gave_to))
         if self.priority:
             parts.append(f"priority {self.priority}")
+        if self.predicted_from and kind != "stopped":
+            n = self.predicted_from
+            parts.append(
+                f"remaining work predicted from {n} completed job{'s' if n != 1 else ''}"
+                f" of kind {self.predicted_kind}"
+            )
         head, *rest = parts
         return head + (": " + ", ".join(rest) if rest else "")
 
@@ -93,6 +103,14 @@ def _speedup(info: JobInfo | None, nodes: Sequence[str]) -> float | None:
     except Exception:  # the explanation of an answer must never cost the answer itself
         return None
     return value if value == value else None  # NaN: no figure rather than a wrong one
+
+
+def _predicted_from(info: JobInfo) -> int:
+    """The completed jobs behind the job's predicted remaining work, when the policy used a
+    prediction (the job declared no length of its own)."""
+    if info.remaining_s is not None or info.expected_remaining_s is None:
+        return 0
+    return max(info.predicted_from, 0)
 
 
 def explain(
@@ -133,5 +151,7 @@ def explain(
             if bigger and len(after) - len(before) > free_gpus
             else (),
             gave_to=tuple(k for k in grew if k != key)[:limit] if smaller else (),
+            predicted_from=_predicted_from(info),
+            predicted_kind=info.kind if _predicted_from(info) else "",
         )
     return out

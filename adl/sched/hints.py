@@ -40,21 +40,39 @@ def speedup_from_hints(hints: Hints | None) -> SpeedupFn:
     return linear_speedup if fn is None else SpeedupFunction(fn)
 
 
+def _base_rate(hints: Hints, speedup: SpeedupFn | None) -> float | None:
+    """Scale-invariant steps per second on one replica at the best batch size: the job's own
+    model's, or None before it reported one."""
+    fn = goodput_from_hints(hints)
+    if fn is None:
+        return None
+    if isinstance(speedup, SpeedupFunction):  # already computed for the round
+        return speedup.base_goodput
+    return float(fn.optimize(1, 1).goodput[0])
+
+
 def remaining_seconds(hints: Hints | None, speedup: SpeedupFn | None = None) -> float | None:
     """Seconds of work left on one replica at its best batch size, when the job declared its
     length; None otherwise (the policy then falls back to length-agnostic decisions)."""
     if hints is None or hints.total_progress is None:
         return None
     left = max(hints.total_progress - hints.progress, 0.0)
-    fn = goodput_from_hints(hints)
-    if fn is None:
+    rate = _base_rate(hints, speedup)
+    if rate is None:
         return None
-    rate = (
-        speedup.base_goodput
-        if isinstance(speedup, SpeedupFunction)
-        else float(fn.optimize(1, 1).goodput[0])
-    )
     return left / rate if rate > 0 else None
+
+
+def done_seconds(hints: Hints | None, speedup: SpeedupFn | None = None) -> float | None:
+    """Work the job has done, in the unit of ``remaining_seconds`` (seconds on one replica at
+    its best batch size): its reported progress over its own model's single-replica goodput.
+    0 before it has progressed (whatever it reported), None when it has progressed but has no
+    model to convert with. The history of completed jobs (``adl.sched.work_history``) counts
+    work in this unit, so that a running job's done work compares with completed totals."""
+    if hints is None or hints.progress <= 0:
+        return 0.0
+    rate = _base_rate(hints, speedup)
+    return hints.progress / rate if rate is not None and rate > 0 else None
 
 
 def min_replicas_from_hints(declared: int, hints: Hints | None) -> int:

@@ -64,6 +64,9 @@ class JobInfo:
     #: when ``remaining_s`` is not declared: the driver's prediction from completed jobs of
     #: the same kind (:mod:`adl.sched.work_history`), or None when it has none
     expected_remaining_s: float | None = None
+    #: how many completed jobs of its kind ``expected_remaining_s`` averages (for the
+    #: decision log; 0 with no prediction)
+    predicted_from: int = 0
     max_profiled_replicas: int = 0
     preemptible: bool = True
     gpus_per_replica: int = 1

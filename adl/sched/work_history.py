@@ -84,6 +84,12 @@ class WorkHistory:
     def expected_remaining_s(self, kind: str, done_s: float) -> float | None:
         """``E[T - done | T > done]`` over completed jobs of ``kind``; None when fewer than
         ``min_samples`` of them needed more than ``done_s``."""
+        found = self.predict(kind, done_s)
+        return None if found is None else found[0]
+
+    def predict(self, kind: str, done_s: float) -> tuple[float, int] | None:
+        """``expected_remaining_s`` and how many completed jobs it averages (those of ``kind``
+        that needed more than ``done_s``): the count is what a decision cites as its basis."""
         ordered = self._sorted.get(kind)
         if not ordered or not math.isfinite(done_s):
             return None
@@ -91,4 +97,4 @@ class WorkHistory:
         above = ordered[bisect.bisect_right(ordered, done) :]
         if len(above) < self.config.min_samples:
             return None
-        return sum(above) / len(above) - done
+        return sum(above) / len(above) - done, len(above)

@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from adl.models import AdaptiveJobSpec
+from adl.models import MAX_JOB_KIND, AdaptiveJobSpec
 from adl.operator.crd import GROUP, MAX_NAME_LENGTH, PLURAL, VERSION
 
 
@@ -78,6 +78,10 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "spec.checkpoint.claimName",
     ),
     ("empty-class", {"checkpoint": {"storageClass": ""}}, "spec.checkpoint.storageClass"),
+    ("empty-job-kind", {"jobKind": ""}, "spec.jobKind"),
+    ("job-kind-with-space", {"jobKind": "two words"}, "spec.jobKind"),
+    ("job-kind-with-newline", {"jobKind": "bert\n"}, "spec.jobKind"),
+    ("job-kind-too-long", {"jobKind": "k" * (MAX_JOB_KIND + 1)}, "spec.jobKind"),
 ]
 
 
@@ -134,3 +138,16 @@ def test_a_job_as_the_cli_writes_it_is_accepted(
     assert body["spec"]["checkpoint"]["claimName"] is None
     stored = create(jobs, namespace, copy.deepcopy(body))["spec"]
     assert stored["checkpoint"]["storageClass"] == "fast"
+
+
+def test_a_job_kind_pydantic_accepts_is_accepted(
+    jobs: client.CustomObjectsApi, namespace: str
+) -> None:
+    """The API server's regular expressions (RE2) and pydantic's agree on what a kind is."""
+    for i, kind in enumerate(
+        ("ghcr.io/team/bert:1.2@sha256:ab12", "a+b=c_d-e", "k" * MAX_JOB_KIND)
+    ):
+        assert AdaptiveJobSpec.model_validate(manifest(jobKind=kind)["spec"]).job_kind == kind
+        assert (
+            create(jobs, namespace, manifest(f"kind-{i}", jobKind=kind))["spec"]["jobKind"] == kind
+        )

@@ -288,8 +288,10 @@ class Simulator:
         out = []
         for job, info in zip(active, infos, strict=True):
             done = job.done_work_s()
-            guess = None if done is None else self.history.expected_remaining_s(info.kind, done)
-            out.append(info if guess is None else replace(info, expected_remaining_s=guess))
+            guess = None if done is None else self.history.predict(info.kind, done)
+            if guess is not None:
+                info = replace(info, expected_remaining_s=guess[0], predicted_from=guess[1])
+            out.append(info)
         return out
 
     def _explain(

@@ -58,6 +58,24 @@ def test_priority_and_weight_reach_the_spec_and_are_bounded() -> None:
         _spec(weight=0)
 
 
+def test_the_job_kind_reaches_the_spec_and_is_validated() -> None:
+    assert _spec(job_kind="bert-large").job_kind == "bert-large"
+    assert _spec().job_kind is None  # the scheduler derives one from the command
+    with pytest.raises(ValueError, match="jobKind"):
+        _spec(job_kind="two words")
+
+
+def test_the_job_kind_flag_is_a_manifest_setting() -> None:
+    from typer.testing import CliRunner
+
+    from adl.cli.main import app
+
+    result = CliRunner().invoke(
+        app, ["submit", "-f", str(EXAMPLE), "--job-kind", "k", "--backend", "local"]
+    )
+    assert result.exit_code == 2 and "--job-kind: set these in the manifest" in result.output
+
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "synthetic.yaml"
 
 

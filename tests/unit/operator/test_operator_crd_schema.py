@@ -100,6 +100,10 @@ def _validator() -> jsonschema.Draft4Validator:
         ("priority", 1001),
         ("terminationGracePeriodSeconds", 0),
         ("suspend", "maybe"),
+        ("jobKind", ""),
+        ("jobKind", "k" * 254),
+        ("jobKind", "two words"),
+        ("jobKind", "-lead"),
     ],
 )
 def test_schema_rejects_what_pydantic_rejects(field: str, value: Any) -> None:

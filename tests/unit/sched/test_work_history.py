@@ -26,6 +26,15 @@ def test_prediction_is_the_mean_residual_work_of_longer_completed_jobs() -> None
     assert history.expected_remaining_s("bert", 599.0) == pytest.approx(1.0)
 
 
+def test_a_prediction_says_how_many_completed_jobs_it_averages() -> None:
+    history = WorkHistory()
+    for total in (100.0, 200.0, 600.0):
+        history.record("bert", total)
+    assert history.predict("bert", 0.0) == (pytest.approx(300.0), 3)
+    assert history.predict("bert", 150.0) == (pytest.approx(250.0), 2)  # 100 s is behind it
+    assert history.predict("bert", 600.0) is None
+
+
 def test_no_prediction_without_history_of_the_kind_or_beyond_every_completed_job() -> None:
     history = WorkHistory()
     history.record("bert", 100.0)
