@@ -106,7 +106,8 @@ class AdlPolicy:
         """``w_j``: value of one unit of speedup for this job (bigger = more urgent)."""
         k = self.knobs
         remaining = self._remaining(job)
-        return max(job.weight, 0.0) * aging(job.age_s, remaining, k.fairness) / remaining**k.srpt_power
+        grown = aging(job.age_s, remaining, k.fairness)
+        return max(job.weight, 0.0) * grown / remaining**k.srpt_power
 
     def _remaining(self, job: JobInfo) -> float:
         """Remaining seconds on one GPU: declared, else predicted by the driver from completed

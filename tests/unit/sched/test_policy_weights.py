@@ -1,6 +1,8 @@
 """The opt-in weights of adl.sched.policy_weights: heSRPT's rank shares and aging on the time
 a job needs at its cap."""
 
+import itertools
+
 import numpy as np
 import pytest
 from policy_kit import counts, job, nodes_of
@@ -14,7 +16,7 @@ from adl.sched.policy_weights import aging, rank_shares, rank_weights
 def test_rank_shares_sum_to_one_and_grow_toward_the_smallest_job(m, p):
     shares = rank_shares(m, p)
     assert sum(shares) == pytest.approx(1.0)
-    assert all(a < b for a, b in zip(shares, shares[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(shares))
 
 
 def test_rank_shares_are_hesrpt_closed_form():
