@@ -56,6 +56,7 @@ import numpy as np
 
 from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_knobs import Knobs
+from adl.sched.policy_weights import aging, rank_weights
 from adl.sched.speedup_table import SpeedupTable
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
 
@@ -105,8 +106,8 @@ class AdlPolicy:
         """``w_j``: value of one unit of speedup for this job (bigger = more urgent)."""
         k = self.knobs
         remaining = self._remaining(job)
-        aging = (1.0 + max(job.age_s, 0.0) / remaining) ** k.fairness
-        return max(job.weight, 0.0) * aging / remaining**k.srpt_power
+        grown = aging(job.age_s, remaining, k.fairness)
+        return max(job.weight, 0.0) * grown / remaining**k.srpt_power
 
     def _remaining(self, job: JobInfo) -> float:
         """Remaining seconds on one GPU: declared, else predicted by the driver from completed
@@ -290,7 +291,23 @@ class AdlPolicy:
                 fair = max(min(share // job.gpr, job.cap), 1)
                 per_node = max(cluster.max_gpus // job.gpr, 1)
                 job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)
+        self._alternative_weights(out, cluster.max_gpus)
         return out
+
+    def _alternative_weights(self, jobs: list[_Job], node_gpus: int) -> None:
+        """The opt-in weights of :mod:`adl.sched.policy_weights` (measured, not the default)."""
+        k = self.knobs
+        if k.rank_power > 0:
+            ranks = rank_weights([job.remaining for job in jobs], k.rank_power)
+            for job, rank in zip(jobs, ranks, strict=True):
+                grown = aging(job.info.age_s, job.remaining, k.fairness)
+                job.weight = max(job.info.weight, 0.0) * grown * rank
+        elif k.aging_best > 0:
+            for job in jobs:
+                nodes = -(-job.cap // max(node_gpus // job.gpr, 1))
+                best_s = job.remaining / max(job.table.get(nodes, job.cap, job.cap), 1.0)
+                grown = aging(job.info.age_s, max(best_s, k.min_remaining_s), k.fairness)
+                job.weight = max(job.info.weight, 0.0) * grown / job.remaining**k.srpt_power
 
     def optimize(
         self,

@@ -64,6 +64,12 @@ class Knobs:
     #: power on each job's speedup normalised by its equal-share speedup (1 = linear; < 1 a
     #: power mean that favours the tail, combined with the shortest-first weights)
     speedup_power: float = 1.0
+    #: 0 = weights from remaining work (``srpt_power``); in (0, 0.95]: heSRPT's rank weights
+    #: for speedups ``k^p`` with this ``p`` (:mod:`adl.sched.policy_weights`; measured, lost)
+    rank_power: float = 0.0
+    #: 1 = age counts against the job's remaining time at its cap, not its remaining one-GPU
+    #: seconds (:mod:`adl.sched.policy_weights`; measured, lost)
+    aging_best: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -83,6 +89,8 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "ramp_factor": (1.0, math.inf, True),
     "bootstrap_replicas": (1.0, math.inf, True),
     "speedup_power": (0.05, 1.0, True),
+    "rank_power": (0.0, 0.95, True),
+    "aging_best": (0.0, 1.0, True),
     "min_remaining_s": (1e-3, math.inf, True),
     "unknown_remaining_s": (1e-3, math.inf, True),
     "restart_horizon_s": (1e-3, math.inf, True),
