@@ -223,11 +223,11 @@ class WorkerGroups:
             result = P.read_result(paths.result(g))
             n = self._group_size(rec, g)
             if result is not None:
-                codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
-                for rank, code in enumerate(codes):
+                for rank, code in enumerate(P.rank_codes(result)):
                     bad = code not in CLEAN_EXITS
                     msg = self._failure_text(paths, g, rank, code) if bad else ""
                     out.append(ReplicaState.exited(g, rank, code, msg))
+                codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
                 self._record_end(rec, g, codes, float(result.get("ended", time.time())))
                 continue
             proc = P.read_pidfile(paths.pidfile(g))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adl.contract import EXIT_STOPPED
 from adl.local.private import make_private_dir, open_private_append
 from adl.local.shim import proc_start_ticks, write_atomic
 
@@ -268,6 +269,20 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
 def read_result(path: Path) -> dict[str, Any] | None:
     """The shim's final record: per-rank exit codes, failure text; None while running."""
     return read_json(path)
+
+
+def rank_codes(result: dict[str, Any]) -> list[int]:
+    """Each rank's exit code from a group's result, as the controller is to see it. A rank
+    that fails takes its group down (the shim's supervisor SIGTERMs the others), so a peer
+    that died of that SIGTERM was stopped, not failed: it counts as stopped (143, what
+    Kubernetes reports for a container ended by SIGTERM), and the job's reason names the rank
+    that failed first rather than the lowest-numbered peer the teardown killed."""
+    codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
+    first = result.get("first_failed")
+    if not isinstance(first, int) or isinstance(first, bool):
+        return codes  # no failure, or a result from before the shim recorded it
+    term = -int(signal.SIGTERM)
+    return [EXIT_STOPPED if c == term and i != first else c for i, c in enumerate(codes)]
 
 
 def write_result_if_missing(path: Path, codes: list[int]) -> None:

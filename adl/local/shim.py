@@ -78,6 +78,7 @@ def run(plan: dict[str, Any], fork: bool = False) -> int:
         "started": started,
         "ended": time.time(),
         "failure": outcome.failure,
+        "first_failed": outcome.first_failed,  # its peers were stopped because of it
         "killed": outcome.killed,
     }
     write_atomic(Path(plan["result"]), json.dumps(result))
