@@ -154,15 +154,20 @@ class AdlPolicy:
         frac = restart_s / max(horizon, 1e-9)
         return min(max(frac, 0.0), k.max_restart_penalty)
 
-    def replica_cap(self, job: JobInfo, total: int) -> int:
+    def replica_cap(self, job: JobInfo, total: int, node_gpus: int | None = None) -> int:
         k = self.knobs
         profiled = job.max_profiled_replicas
-        # A job that has measured nothing starts on ``bootstrap_replicas`` (its model is still
-        # the optimistic prior); after that it may reach ``ramp_factor`` x what it measured.
+        gpr = max(job.gpus_per_replica, 1)
+        # A job that has measured nothing starts on ``bootstrap_replicas``, at most one node's
+        # worth (``node_gpus``: the largest node), where its model, still the optimistic prior,
+        # can be wrong about compute but not about cross-node sync; after that it may reach
+        # ``ramp_factor`` x what it measured.
         reach = k.ramp_factor * profiled if profiled else k.bootstrap_replicas
+        if not profiled and node_gpus is not None:
+            reach = min(reach, max(node_gpus // gpr, 1))
         ramp = max(1, math.floor(reach))
-        cap = min(job.max_replicas, ramp, total // max(job.gpus_per_replica, 1))
-        return max(cap, min(job.min_replicas, total // max(job.gpus_per_replica, 1)))
+        cap = min(job.max_replicas, ramp, total // gpr)
+        return max(cap, min(job.min_replicas, total // gpr))
 
     # ------------------------------------------------------------------ speedups
 
@@ -269,7 +274,7 @@ class AdlPolicy:
         for info in sorted(jobs, key=lambda j: (j.submit_order, j.name)):
             prev_names = previous.get(info.name) or []
             prev = cluster.from_names(prev_names) if prev_names else None
-            cap = self.replica_cap(info, total)
+            cap = self.replica_cap(info, total, cluster.max_gpus)
             if prev is not None and sum(prev.values()) > max(cap, 0):
                 cap = max(cap, min(sum(prev.values()), info.max_replicas))
             out.append(

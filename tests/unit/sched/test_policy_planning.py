@@ -80,6 +80,20 @@ def test_bootstrap_replicas_sets_the_first_start_and_the_ramp_takes_over_after()
     assert len(AdlPolicy(**NODE_FIRST).optimize([seen], nodes, {})["seen"]) == 16
 
 
+def test_the_bootstrap_is_at_most_one_node_of_the_cluster() -> None:
+    # On 1-GPU nodes a job that has measured nothing starts on one replica (its prior knows
+    # nothing of cross-node sync); on 2-GPU nodes on two; its first report lifts the cap.
+    policy = AdlPolicy(bootstrap_replicas=4, ramp_factor=4)
+    fresh = job("fresh", speedup=amdahl(0.0), max_profiled_replicas=0, max_replicas=8)
+    assert len(policy.optimize([fresh], nodes_of(4, gpus=1), {})["fresh"]) == 1
+    assert len(policy.optimize([fresh], nodes_of(4, gpus=2), {})["fresh"]) == 2
+    assert len(policy.optimize([fresh], nodes_of(4, gpus=8), {})["fresh"]) == 4  # the knob's
+    two_gpus = job("two", speedup=amdahl(0.0), max_profiled_replicas=0, gpus_per_replica=2)
+    assert len(policy.optimize([two_gpus], nodes_of(4, gpus=4), {})["two"]) == 2
+    seen = job("seen", speedup=amdahl(0.0), max_profiled_replicas=1, max_replicas=8)
+    assert len(policy.optimize([seen], nodes_of(4, gpus=1), {})["seen"]) == 4
+
+
 def test_speedup_power_below_one_shares_with_the_less_urgent_job() -> None:
     # Linear speedups: shortest-first alone gives the urgent job the whole node; a power mean
     # over normalised speedups values the other job's first GPU more than its fourth.
