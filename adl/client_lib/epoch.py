@@ -67,6 +67,17 @@ def remaining_epochs_until(epochs: int) -> Iterator[int]:
         hook()
 
 
+def declared_epochs_done(ctx: Any) -> bool:
+    """Whether every epoch declared to ``remaining_epochs_until`` has run (in this process or
+    before the checkpoint it resumed from)."""
+    states = getattr(ctx, "states", None)
+    state = states.get(STATE_NAME) if isinstance(states, dict) else None
+    total = getattr(ctx, "total_epochs", None)
+    if not isinstance(state, EpochState) or not isinstance(total, int) or total <= 0:
+        return False
+    return state.epoch >= total
+
+
 def current_epoch() -> int | None:
     """The epoch being run by ``remaining_epochs_until``, or None outside that loop."""
     ctx = context()

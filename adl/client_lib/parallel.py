@@ -36,6 +36,7 @@ from torch import nn
 from adl import contract as C
 from adl.client_lib import parallel_state
 from adl.client_lib.context import get_context, has_context
+from adl.client_lib.epoch import declared_epochs_done
 from adl.client_lib.gns import GradientNoiseEstimator
 from adl.client_lib.grad_stats import GradStats
 from adl.client_lib.micro_average import MicroAverager, on_backward_end
@@ -446,12 +447,18 @@ class AdaptiveDataParallel(nn.Module):
         batch, local, accum = current_batch(
             self.world_size, self._loader_config(), self._cycle_bsz, self._micro
         )
+        progress = self.progress.progress
+        if isinstance(total, (int, float)) and declared_epochs_done(ctx):
+            # The declared work is done, whatever the gains summed to: AdaScale counts a step
+            # on a batch other than the initial one (an epoch's partial last batch, a grown
+            # batch) as more or less than its share of the samples the total counts.
+            progress = float(total)
         return build_hints(
             init_batch_size=self.init_batch_size,
             bounds=bounds if isinstance(bounds, BatchBounds) else None,
             perf=self.profile.perf_params(),
             grad=self.grad_params(),
-            progress=self.progress.progress,
+            progress=progress,
             total_progress=float(total) if isinstance(total, (int, float)) else None,
             max_profiled_replicas=self.profile.max_profiled_replicas(),
             batch_size=batch,
