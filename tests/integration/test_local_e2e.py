@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from adl.cli.cmd_demo import run_demo
+from adl.local.client import start_daemon
 from adl.local.processes import group_alive, read_pidfile
 from adl.local.store import Store
 
@@ -24,6 +25,11 @@ def test_demo_loop_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         ("late", "small", 400, 1, 2, 20.0),
     )
     try:
+        # By default a new job starts on up to a node (bootstrap_replicas), here all 4 slots,
+        # before it has reported anything. Growth past what a job has measured needs its own
+        # report, so the daemon (run_demo uses the one already serving) starts jobs on one
+        # replica: growing the grower proves the hints path.
+        start_daemon(home, slots=4, round_s=1.0, extra_args=["--policy-knob=bootstrap_replicas=1"])
         # At least 10 ms a step: on a fast, quiet machine the grower would otherwise finish its
         # 1200 steps in a few seconds, before it has reported hints and been grown.
         rows = run_demo(

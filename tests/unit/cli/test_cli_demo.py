@@ -48,7 +48,8 @@ def test_a_timed_out_demo_leaves_no_worker_behind(
             home, slots=3, round_s=0.5, timeout_s=4, jobs=jobs, live=False, worker_args=(marker,)
         )
         pids = [int(p.name[4:]) for p in (tmp_path / "pids").glob("pid-*")]
-        assert len(pids) == 2, "the workers should have started before the timeout"
+        # sleepy starts on both its replicas at once (a new job starts on up to a node)
+        assert len(pids) == 3, "the workers should have started before the timeout"
         assert {r.phase for r in rows} == {"Running"}
         deadline = time.monotonic() + 5
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adl.operator.main import parse_args, policy_factory
+from adl.sched.policy_knobs import Knobs
 
 
 def test_cluster_wide_with_peering() -> None:
@@ -72,5 +73,5 @@ def test_policy_knobs_reach_the_policy_the_operator_runs() -> None:
     policy = policy_factory(o.policy_knobs)()
     knobs = policy.knobs  # type: ignore[attr-defined]
     assert (knobs.srpt_power, knobs.fairness, knobs.dp) == (0.25, 0.0, 0.0)
-    assert knobs.ramp_factor == 2.0  # the rest keep their defaults
+    assert knobs == Knobs(srpt_power=0.25, fairness=0.0, dp=0.0)  # the rest keep their defaults
     assert policy_factory({})().knobs.srpt_power == 0.5  # type: ignore[attr-defined]

@@ -80,20 +80,16 @@ def test_large_job_spans_the_fewest_nodes():
 
 
 def test_ramp_cap_twice_profiled_replicas():
-    # the 1, 2, 4, ... ramp (issue 22's variant starts on a node and ramps x 4: the planning tests)
+    # the 1, 2, 4, ... ramp (the former defaults; bootstrap and ramp: the planning tests)
     nodes = nodes_of(4)
     doubling = AdlPolicy(ramp_factor=2, bootstrap_replicas=1)
     fresh = doubling.optimize([job("a", max_profiled_replicas=0)], nodes, {})
     assert len(fresh["a"]) == 1
     ramped = doubling.optimize([job("a", max_profiled_replicas=3)], nodes, {})
     assert len(ramped["a"]) == 6
-    # the defaults are that ramp
-    assert len(AdlPolicy().optimize([job("a", max_profiled_replicas=0)], nodes, {})["a"]) == 1
-    assert len(AdlPolicy().optimize([job("a", max_profiled_replicas=3)], nodes, {})["a"]) == 6
-    # issue 22's variant: one node first, then 4 x what was measured
-    node_first = AdlPolicy(ramp_factor=4, bootstrap_replicas=4)
-    assert len(node_first.optimize([job("a", max_profiled_replicas=0)], nodes, {})["a"]) == 4
-    assert len(node_first.optimize([job("a", max_profiled_replicas=3)], nodes, {})["a"]) == 12
+    # the defaults (issue 22's node-first start): one node first, then 4 x what was measured
+    assert len(AdlPolicy().optimize([job("a", max_profiled_replicas=0)], nodes, {})["a"]) == 4
+    assert len(AdlPolicy().optimize([job("a", max_profiled_replicas=3)], nodes, {})["a"]) == 12
 
 
 def test_min_replicas_all_or_nothing():

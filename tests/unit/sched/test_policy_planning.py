@@ -8,10 +8,15 @@ from policy_kit import amdahl, job, nodes_of
 
 from adl.sched.policy import AdlPolicy
 
-#: the policy before this change: the 1, 2, 4, ... ramp and no hysteresis margin
-OLD = {"ramp_factor": 2.0, "bootstrap_replicas": 1.0, "change_margin": 0.0}  # the defaults
-#: issue 22's variant (opt-in through the knobs, see docs/results.md)
+#: the policy before issue 22 (the former defaults): the 1, 2, 4, ... ramp and no hysteresis
+OLD = {"ramp_factor": 2.0, "bootstrap_replicas": 1.0, "change_margin": 0.0}
+#: issue 22's node-first variant, the defaults (see docs/results.md)
 NODE_FIRST = {"ramp_factor": 4.0, "bootstrap_replicas": 4.0, "change_margin": 0.25}
+
+
+def test_the_defaults_are_the_node_first_variant() -> None:
+    knobs = AdlPolicy().knobs
+    assert {name: getattr(knobs, name) for name in NODE_FIRST} == NODE_FIRST
 
 
 def _big_running_job():
@@ -69,15 +74,14 @@ def test_bootstrap_replicas_sets_the_first_start_and_the_ramp_takes_over_after()
     nodes = nodes_of(4)
     fresh = job("fresh", speedup=amdahl(0.0), max_profiled_replicas=0, max_replicas=16)
     assert len(AdlPolicy(**OLD).optimize([fresh], nodes, {})["fresh"]) == 1  # the 1, 2, 4 ramp
-    assert len(AdlPolicy().optimize([fresh], nodes, {})["fresh"]) == 1  # the defaults are that
-    assert len(AdlPolicy(**NODE_FIRST).optimize([fresh], nodes, {})["fresh"]) == 4  # a node
+    assert len(AdlPolicy().optimize([fresh], nodes, {})["fresh"]) == 4  # the defaults: a node
     seen = job("seen", speedup=amdahl(0.0), max_profiled_replicas=4, max_replicas=16)
     # once it has measured 4, the bootstrap no longer matters: ramp_factor x 4
     assert (
         len(AdlPolicy(bootstrap_replicas=16, ramp_factor=2).optimize([seen], nodes, {})["seen"])
         == 8
     )
-    assert len(AdlPolicy(**NODE_FIRST).optimize([seen], nodes, {})["seen"]) == 16
+    assert len(AdlPolicy().optimize([seen], nodes, {})["seen"]) == 16
 
 
 def test_the_bootstrap_is_at_most_one_node_of_the_cluster() -> None:
