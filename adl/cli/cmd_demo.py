@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: (name, --kind of examples/demo_train.py, scale-invariant steps, min, max, delay before submit)
 DEMO_JOBS: tuple[tuple[str, str, int, int, int, float], ...] = (
     ("wide-mlp", "compute", 3000, 1, 4, 0.0),
-    ("big-linear", "sync", 1000, 1, 4, 15.0),
+    ("big-linear", "sync", 1000, 1, 2, 15.0),
     ("tiny-logreg", "small", 1500, 1, 2, 30.0),
 )
 

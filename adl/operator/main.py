@@ -85,7 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; README: Policy knobs)",
+        help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; docs/scheduler.md: Knobs)",
     )
     p.add_argument(
         "--max-priority",
