@@ -52,8 +52,10 @@ class Knobs:
     #: exact replica counts: a knapsack over every job's counts (packed value), kept when its
     #: placed objective beats the greedy's (0 = off) ...
     dp: float = 1.0
-    #: ... while jobs x (free GPUs + 1) is at most this (the knapsack's table size)
-    dp_max_cells: float = 200_000.0
+    #: ... while jobs x (free GPUs + 1) is at most this (the knapsack's table size): 1000 jobs
+    #: on 2048 free GPUs fit (+70 ms a round there); at 512 nodes the knapsack cut the mean
+    #: JCT 8% and restarts from 4.0 to 1.6 per job (docs/results.md, "Robustness what-ifs")
+    dp_max_cells: float = 5_000_000.0
     #: use the driver's prediction of remaining work (from completed jobs of the same kind)
     #: for a job that did not declare its length (0 = least-attained-service only)
     use_predicted_remaining: float = 1.0
