@@ -10,7 +10,6 @@ while a job's model is unchanged, and a new one once it changes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kube_objects import KubeObjects
 
 from adl.controller.driver import Driver
 from adl.controller.memory import MemoryBackend
@@ -141,50 +141,6 @@ def local_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[Se
         daemon.store.close()
 
 
-class KubeObjects:
-    """The KubeStore calls the round makes, over AdaptiveJob objects kept in memory."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, dict[str, Any]] = {}
-        for key, replicas in RUNNING.items():
-            ns, name = key.split("/")
-            status = running(replicas).model_dump(mode="json", by_alias=True, exclude_none=True)
-            self.jobs[key] = {
-                "metadata": {
-                    "name": name,
-                    "namespace": ns,
-                    "uid": name,
-                    "creationTimestamp": "2026-01-01T00:00:00Z",
-                    "annotations": {},
-                },
-                "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
-                "status": status,
-            }
-
-    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        return [copy.deepcopy(b) for b in self.jobs.values()]
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "metadata": {"name": "n1", "labels": {}},
-                "spec": {},
-                "status": {"allocatable": {"nvidia.com/gpu": "4"}},
-            }
-        ]
-
-    def list_all_pods(self) -> list[dict[str, Any]]:
-        return []
-
-    def patch_job_annotations(self, namespace: str, name: str, ann: dict[str, Any]) -> None:
-        self.jobs[f"{namespace}/{name}"]["metadata"]["annotations"].update(ann)
-
-    def patch_job_status(
-        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
-    ) -> None:
-        self.jobs[f"{namespace}/{name}"]["status"].update(copy.deepcopy(status))
-
-
 def kube_setup(
     policy: KeepPolicy, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Setup]:
@@ -192,7 +148,11 @@ def kube_setup(
     from adl.operator.handlers import Runtime
 
     monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)  # no kopf context here
-    objects = KubeObjects()
+    dump = {"mode": "json", "by_alias": True, "exclude_none": True}
+    objects = KubeObjects(
+        {k: (SPEC.model_dump(**dump), running(r).model_dump(**dump)) for k, r in RUNNING.items()},
+        gpus=4,
+    )
     rt = Runtime(objects, policy)  # type: ignore[arg-type]
     rt.driver.clock = clock
 

@@ -9,7 +9,6 @@ finished jobs, so a restarted operator or daemon rebuilds the history from its f
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ from typing import Any
 
 import pydantic
 import pytest
+from kube_objects import KubeObjects
 
 from adl.controller.driver import Driver
 from adl.controller.history import CompletedWork, job_kind
@@ -275,46 +275,6 @@ def local_backend(policy: SeenPolicy, tmp_path: Path) -> Iterator[Backend]:
         daemons[-1].store.close()
 
 
-class KubeObjects:
-    """The KubeStore calls the round makes, over AdaptiveJob objects kept in memory."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, dict[str, Any]] = {}
-        for key, (s, status) in SCENARIO.items():
-            ns, name = key.split("/")
-            self.jobs[key] = {
-                "metadata": {
-                    "name": name,
-                    "namespace": ns,
-                    "uid": name,
-                    "creationTimestamp": "2026-01-01T00:00:00Z",
-                    "annotations": {},
-                },
-                "spec": s.wire(),
-                "status": status.wire(),
-            }
-
-    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        return [copy.deepcopy(b) for b in self.jobs.values()]
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        gpus = {"nvidia.com/gpu": "8"}
-        return [
-            {"metadata": {"name": "n1", "labels": {}}, "spec": {}, "status": {"allocatable": gpus}}
-        ]
-
-    def list_all_pods(self) -> list[dict[str, Any]]:
-        return []
-
-    def patch_job_annotations(self, namespace: str, name: str, ann: dict[str, Any]) -> None:
-        self.jobs[f"{namespace}/{name}"]["metadata"]["annotations"].update(ann)
-
-    def patch_job_status(
-        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
-    ) -> None:
-        self.jobs[f"{namespace}/{name}"]["status"].update(copy.deepcopy(status))
-
-
 def kube_backend(
     policy: SeenPolicy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Backend]:
@@ -322,7 +282,7 @@ def kube_backend(
     from adl.operator.handlers import Runtime
 
     monkeypatch.setattr(kube, "_event", lambda *a, **k: None)  # no kopf context here
-    objects = KubeObjects()
+    objects = KubeObjects({k: (s.wire(), st.wire()) for k, (s, st) in SCENARIO.items()}, gpus=8)
 
     def start() -> Driver:
         return Runtime(objects, policy).driver  # type: ignore[arg-type]
