@@ -80,6 +80,15 @@ class Knobs:
     #: 1 = age counts against the job's remaining time at its cap, not its remaining one-GPU
     #: seconds (:mod:`adl.sched.policy_weights`; measured, lost)
     aging_best: float = 0.0
+    #: GPUs a job gets beyond the largest count whose speedup per GPU is at least this
+    #: fraction of one GPU's count for only ``1%`` of their speedup: the cluster's GPU-time
+    #: goes to efficient counts first, and to inefficient ones only when nothing else wants it
+    #: (0 = off)
+    efficiency_floor: float = 0.0
+    #: tail guard: a job whose time left at its efficient count reaches the time the cluster
+    #: needs to drain all current work, divided by this, is guaranteed the speedup that
+    #: finishes it by then (0 = off)
+    tail_guard: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -101,6 +110,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "speedup_power": (0.05, 1.0, True),
     "rank_power": (0.0, 0.95, True),
     "aging_best": (0.0, 1.0, True),
+    "efficiency_floor": (0.0, 1.0, False),
     "min_remaining_s": (1e-3, math.inf, True),
     "unknown_remaining_s": (1e-3, math.inf, True),
     "restart_horizon_s": (1e-3, math.inf, True),
