@@ -10,7 +10,10 @@ bound and <= every replayed policy (a violation is printed and makes the exit st
         [--jobs 1] [--json PATH]
 
 ``--slots`` also solves each workload at these slot lengths (how the bound moves with them);
-``--policies ''`` skips the replays.
+``--policies ''`` skips the replays. ``--makespan`` adds the makespan bound of
+:mod:`adl.sched.sim.bound_makespan` beside each policy's makespan, and ``--deadline-of POLICY``
+the lowest average JCT the relaxation allows a schedule whose makespan is no longer than that
+policy's (what a policy could reach on the mean without a longer makespan).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 from adl.sched.sim.bound import lower_bound  # noqa: E402
+from adl.sched.sim.bound_makespan import deadline_avg_jct_bound, makespan_bound  # noqa: E402
 from adl.sched.sim.generate import generate_workload  # noqa: E402
 from adl.sched.sim.metrics import summarize  # noqa: E402
 from adl.sched.sim.policies import make_policy, rounds_on_events  # noqa: E402
@@ -55,7 +59,11 @@ def replay(label: str, policy: str) -> dict[str, Any]:
         config=SimConfig(rounds_on_events=rounds_on_events(policy)),
     )
     row = summarize(result)
-    return {"avg_jct_s": row["avg_jct_s"], "wall_s": time.perf_counter() - t0}
+    return {
+        "avg_jct_s": row["avg_jct_s"],
+        "makespan_s": row["makespan_s"],
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def bound(label: str, slot: int) -> dict[str, Any]:
@@ -70,9 +78,36 @@ def bound(label: str, slot: int) -> dict[str, Any]:
     }
 
 
+def span_bound(label: str, slot: int) -> dict[str, Any]:
+    res = makespan_bound(workload_jobs(label), slot_s=slot, traces=load_traces())
+    return {
+        "makespan_s": res.makespan_s,
+        "alone_s": res.alone_s,
+        "solves": res.solves,
+        "unsettled": res.unsettled,
+        "solve_s": res.solve_s,
+    }
+
+
+def deadline_bound(label: str, slot: int, makespan_s: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    jobs = workload_jobs(label)
+    value = deadline_avg_jct_bound(jobs, makespan_s, slot_s=slot, traces=load_traces())
+    return {"avg_jct_s": value, "makespan_s": makespan_s, "solve_s": time.perf_counter() - t0}
+
+
 def run(kind: str, label: str, arg: str | int) -> tuple[str, str, str | int, dict[str, Any]]:
-    out = bound(label, int(arg)) if kind == "bound" else replay(label, str(arg))
+    if kind == "bound":
+        out = bound(label, int(arg))
+    elif kind == "makespan":
+        out = span_bound(label, int(arg))
+    else:
+        out = replay(label, str(arg))
     return kind, label, arg, out
+
+
+def run_deadline(label: str, slot: int, makespan_s: float) -> tuple[str, dict[str, Any]]:
+    return label, deadline_bound(label, slot, makespan_s)
 
 
 def main() -> int:
@@ -85,6 +120,13 @@ def main() -> int:
     parser.add_argument("--slots", default="", help="extra slot lengths to show the trend")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--makespan", action="store_true", help="also the makespan bound")
+    parser.add_argument(
+        "--deadline-of",
+        default="",
+        metavar="POLICY",
+        help="also the mean-JCT bound of schedules no longer than this replayed policy's",
+    )
     args = parser.parse_args()
     if not 1 <= args.jobs <= 8:
         raise SystemExit("--jobs must be 1..8")
@@ -95,12 +137,24 @@ def main() -> int:
     slots = sorted({args.slot, *(int(s) for s in args.slots.split(",") if s.strip())})
     tasks: list[tuple[str, str, str | int]] = [("bound", w, s) for w in labels for s in slots]
     tasks += [("replay", w, p) for w in labels for p in policies]
-    results: dict[str, dict[str, Any]] = {w: {"bound": {}, "policies": {}} for w in labels}
+    if args.makespan:
+        tasks += [("makespan", w, args.slot) for w in labels]
+    if args.deadline_of and args.deadline_of not in policies:
+        raise SystemExit("--deadline-of must name one of --policies")
+    results: dict[str, dict[str, Any]] = {
+        w: {"bound": {}, "policies": {}, "makespan": {}} for w in labels
+    }
+    keys = {"bound": "bound", "replay": "policies", "makespan": "makespan"}
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for kind, label, arg, out in pool.map(run, *zip(*tasks, strict=True)):
-            key = "bound" if kind == "bound" else "policies"
-            results[label][key][str(arg)] = out
+            results[label][keys[kind]][str(arg)] = out
             print(f"  done {kind} {label} {arg}", file=sys.stderr, flush=True)
+        if args.deadline_of:
+            spans = [results[w]["policies"][args.deadline_of]["makespan_s"] for w in labels]
+            slots_ = [args.slot] * len(labels)
+            for label, out in pool.map(run_deadline, labels, slots_, spans):
+                results[label]["deadline"] = out
+                print(f"  done deadline {label}", file=sys.stderr, flush=True)
     head = f"{'workload':<16} {'alone s':>8} {'LP bound s':>10} {'solve s':>8}"
     head += "".join(f" {p + ' s':>11} {p + '/LB':>9}" for p in policies)
     print(head)
@@ -121,6 +175,31 @@ def main() -> int:
         for w in labels:
             row = results[w]["bound"]
             print(f"{w:<16} " + "  ".join(f"{row[str(s)]['avg_jct_s']:.0f}" for s in slots))
+    if args.makespan:
+        print(f"\n{'workload':<16} {'alone s':>8} {'makespan LB':>11} {'unsettled':>9}", end="")
+        print("".join(f" {p + ' s':>11} {p + '/LB':>9}" for p in policies))
+        for w in labels:
+            m = results[w]["makespan"][str(args.slot)]
+            line = f"{w:<16} {m['alone_s']:>8.0f} {m['makespan_s']:>11.0f} {m['unsettled']:>9d}"
+            for p in policies:
+                span = results[w]["policies"][p]["makespan_s"]
+                line += f" {span:>11.0f} {span / m['makespan_s']:>9.2f}"
+                if span < m["makespan_s"] - 1e-6:
+                    failures.append(f"{w}: {p}'s makespan beats the makespan bound")
+            print(line)
+    if args.deadline_of:
+        p = args.deadline_of
+        print(f"\nmean-JCT bound of schedules no longer than {p}'s makespan")
+        print(f"{'workload':<16} {'makespan s':>10} {'LB s':>8} {'free LB s':>9} {p + ' s':>9}")
+        for w in labels:
+            d = results[w]["deadline"]
+            free = results[w]["bound"][str(args.slot)]["avg_jct_s"]
+            jct = results[w]["policies"][p]["avg_jct_s"]
+            value = d["avg_jct_s"]
+            shown = f"{value:>8.0f}" if value is not None else f"{'none':>8}"
+            print(f"{w:<16} {d['makespan_s']:>10.0f} {shown} {free:>9.0f} {jct:>9.0f}")
+            if value is None or value > jct + 1e-6:
+                failures.append(f"{w}: {p} beats the deadline bound of its own makespan")
     for f in failures:
         print("VIOLATION:", f)
     if args.json:

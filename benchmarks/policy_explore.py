@@ -101,8 +101,11 @@ def run_one(
     run_s: dict[str, float] = defaultdict(float)
     # GPUs held per round: the allocation made at time t holds for the next round
     times = [t for t, _ in result.timeline]
+    finished = max((j.completion_s or 0 for j in result.jobs), default=0)
+    held = 0.0
     for i, (t, alloc) in enumerate(result.timeline):
-        nxt = times[i + 1] if i + 1 < len(times) else t + 60
+        nxt = min(times[i + 1] if i + 1 < len(times) else t + 60, max(finished, t))
+        held += sum(alloc.values()) * (nxt - t)
         for name, g in alloc.items():
             if g > 0:
                 first.setdefault(name, t)
@@ -117,6 +120,10 @@ def run_one(
         a["queue"].append(first.get(j.name, j.submit_s) - j.submit_s)
         a["gpus"].append(gpu_s[j.name] / max(run_s[j.name], 1.0))
         a["restarts"].append(j.restarts)
+    # The makespan's anatomy: every GPU-second of it is either held by a job or idle, so
+    # makespan x GPUs = held + idle (GPU-hours), whichever policy ran.
+    row["held_gpu_h"] = held / 3600
+    row["idle_gpu_h"] = row["makespan_s"] * result.total_gpus / 3600 - row["held_gpu_h"]
     row["restart_kinds"] = restart_kinds(
         result.timeline, {j.name: j.completion_s for j in result.jobs}
     )
@@ -220,7 +227,8 @@ def main() -> None:
     limits = app_limits(traces)
     print(
         f"{'variant':14s} {'workload':12s} {'avgJCT':>7s} {'xPollux':>7s} {'p99':>7s} "
-        f"{'p99/P':>6s} {'makesp':>7s} {'mk/P':>5s} {'rst':>4s} {'ms95':>5s} {'wall':>5s}"
+        f"{'p99/P':>6s} {'makesp':>7s} {'mk/P':>5s} {'heldGh':>6s} {'idleGh':>6s} {'rst':>4s} "
+        f"{'ms95':>5s} {'wall':>5s}"
     )
     by_variant: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -232,7 +240,8 @@ def main() -> None:
             f"{r['variant']:14s} {r['workload']:12s} {r['avg_jct_s']:7.0f} "
             f"{(r['avg_jct_s'] / pub if pub else float('nan')):7.3f} {r['p99_jct_s']:7.0f} "
             f"{(r['p99_jct_s'] / p99 if p99 else float('nan')):6.3f} {r['makespan_s']:7.0f} "
-            f"{(r['makespan_s'] / mk if mk else float('nan')):5.2f} {r['restarts_per_job']:4.1f} "
+            f"{(r['makespan_s'] / mk if mk else float('nan')):5.2f} {r['held_gpu_h']:6.0f} "
+            f"{r['idle_gpu_h']:6.0f} {r['restarts_per_job']:4.1f} "
             f"{r['round_ms_p95']:5.1f} {r['wall_s']:5.0f}"
         )
         if a.breakdown:

@@ -332,12 +332,15 @@ def plan_round(
             changed[r.key] = []
     gpus_of = {r.key: max(r.spec.gpus_per_replica, 1) for r in live}
     held_before = sum(len(v) * gpus_of[k] for k, v in previous.items())
+    held_after = sum(len(v) * gpus_of[k] for k, v in allocation.items())
+    total = sum(n.gpus for n in nodes)
     decisions = explain(
         {k: v for k, v in changed.items() if k not in kept},
         previous,
         {i.name: i for i in infos},
-        max(sum(n.gpus for n in nodes) - held_before, 0),
+        max(total - held_before, 0),
         {r.key: _reported(r.status.hints) for r in movable},
+        free_after=max(total - held_after, 0),
     )
     return RoundResult(allocation, changed, len(infos), decisions=decisions, faults=faults)
 

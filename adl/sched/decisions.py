@@ -37,6 +37,10 @@ class Decision:
     #: completed jobs of kind ``predicted_kind`` (0: not predicted)
     predicted_from: int = 0
     predicted_kind: str = ""
+    #: GPUs no job holds after the round, and the fewest this job can start on (what a job
+    #: left waiting is told: GPUs counted before the round may be gone by its end)
+    free_after: int | None = None
+    min_gpus: int = 1
 
     @property
     def kind(self) -> str:
@@ -57,11 +61,12 @@ class Decision:
         a, b = len(self.before), len(self.after)
         kind = self.kind
         if kind == "queued":
-            return "waiting: " + (
-                f"{self.free_gpus} GPUs free, too few for its minimum"
-                if self.free_gpus
-                else "no GPUs free"
-            )
+            free = self.free_gpus if self.free_after is None else self.free_after
+            if not free:
+                return "waiting: no GPUs free"
+            if free < self.min_gpus:
+                return f"waiting: {free} GPUs free, too few for its minimum of {self.min_gpus}"
+            return f"waiting: {free} GPUs free, none given to it this round"
         sizes = f"{kind} {a} -> {b}"
         if kind == "started":
             sizes = f"started with {b} replica{'s' if b != 1 else ''}"
@@ -121,10 +126,12 @@ def explain(
     reported: Mapping[str, bool],
     *,
     limit: int = 3,
+    free_after: int | None = None,
 ) -> dict[str, Decision]:
     """A ``Decision`` for every job in ``changed`` (its new answer) against ``previous`` (what
     it held). Jobs that gave GPUs back because they finished or were suspended (absent from
-    ``infos``) are left out: their own phase says why."""
+    ``infos``) are left out: their own phase says why. ``free_gpus`` are the GPUs free before
+    the round, ``free_after`` those left free by its answer."""
     grew = [k for k, v in changed.items() if len(v) > len(previous.get(k, []))]
     shrank = [k for k, v in changed.items() if len(v) < len(previous.get(k, []))]
     out: dict[str, Decision] = {}
@@ -153,5 +160,7 @@ def explain(
             gave_to=tuple(k for k in grew if k != key)[:limit] if smaller else (),
             predicted_from=_predicted_from(info),
             predicted_kind=info.kind if _predicted_from(info) else "",
+            free_after=free_after,
+            min_gpus=max(info.min_replicas, 1) * max(info.gpus_per_replica, 1),
         )
     return out

@@ -67,6 +67,10 @@ FloatArray = NDArray[np.float64]
 REFERENCE_GPUS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
 
+class LPFailed(RuntimeError):
+    """HiGHS neither solved the LP nor proved it infeasible (numerical trouble)."""
+
+
 @dataclass(frozen=True)
 class ClusterShape:
     num_nodes: int = 16
@@ -164,7 +168,7 @@ def envelopes(
 
 
 @dataclass(frozen=True)
-class _Job:
+class RelaxedJob:
     name: str
     application: str
     submit_s: int
@@ -217,11 +221,12 @@ class _Program:
         )
 
 
-def _solve(
-    jobs: Sequence[_Job], slot: int, horizons: FloatArray, gpus: int
-) -> tuple[FloatArray, FloatArray, int, int]:
+def solve_relaxation(
+    jobs: Sequence[RelaxedJob], slot: int, horizons: FloatArray, gpus: int, deadline: bool = False
+) -> tuple[FloatArray, FloatArray, int, int] | None:
     """Solve the LP for these per-job horizons: (C_j, work left to each job's last slot,
-    variables, constraints)."""
+    variables, constraints). With ``deadline`` every job must be done by its horizon (no work
+    left to the last slot, ``C_j`` at most the horizon); None when no point meets that."""
     lp = _Program()
     completion = lp.columns(len(jobs))
     gpu_cols: dict[int, list[int]] = {}
@@ -268,17 +273,44 @@ def _solve(
     cost[completion] = 1.0 / len(jobs)
     lower = np.zeros(lp.ncols)
     lower[completion] = [j.earliest_s for j in jobs]
+    upper = np.full(lp.ncols, np.inf)
+    if deadline:
+        upper[[c for cols in overflow_cols for c in cols]] = 0.0
+        upper[completion] = horizons
     res = scipy.optimize.linprog(
         cost,
         A_ub=lp.matrix(),
         b_ub=np.concatenate(lp.rhs),
-        bounds=np.column_stack([lower, np.full(lp.ncols, np.inf)]),
+        bounds=np.column_stack([lower, upper]),
         method="highs",
     )
+    if deadline and res.status == 2:
+        return None  # infeasible: no schedule finishes every job by its horizon
     if res.status != 0:
-        raise RuntimeError(f"lower-bound LP failed: {res.message}")
+        raise LPFailed(f"lower-bound LP failed: {res.message}")
     left = np.array([max(res.x[c] for c in cols) for cols in overflow_cols])
     return np.asarray(res.x[completion], dtype=np.float64), left, lp.ncols, lp.nrows
+
+
+def prepare_jobs(
+    workload: Sequence[WorkloadJob],
+    cluster: ClusterShape,
+    traces: Mapping[str, AppTrace] | None = None,
+) -> list[RelaxedJob]:
+    """The LP's view of each job: release time, alone time and currencies."""
+    apps = traces if traces is not None else load_traces()
+    env = envelopes(workload, apps, cluster)
+    return [
+        RelaxedJob(
+            name=w.name,
+            application=w.application,
+            submit_s=w.submit_time,
+            release_s=float(w.submit_time + cluster.restart_delay_s),
+            alone_s=env[w.name].alone_s,
+            currencies=tuple(currencies(env[w.name])),
+        )
+        for w in workload
+    ]
 
 
 def lower_bound(
@@ -295,19 +327,7 @@ def lower_bound(
     if not workload:
         raise ValueError("empty workload")
     cluster = cluster or ClusterShape()
-    apps = traces if traces is not None else load_traces()
-    env = envelopes(workload, apps, cluster)
-    jobs = [
-        _Job(
-            name=w.name,
-            application=w.application,
-            submit_s=w.submit_time,
-            release_s=float(w.submit_time + cluster.restart_delay_s),
-            alone_s=env[w.name].alone_s,
-            currencies=tuple(currencies(env[w.name])),
-        )
-        for w in workload
-    ]
+    jobs = prepare_jobs(workload, cluster, traces)
     # A first horizon per job (any horizon is valid; the LP lengthens the ones it fills).
     span = np.array([max(8.0 * j.alone_s, 3600.0) for j in jobs])
     release = np.array([j.release_s for j in jobs])
@@ -317,7 +337,9 @@ def lower_bound(
     while True:
         rounds += 1
         horizons = np.ceil((release + span) / slot_s) * slot_s
-        ends, left, nvar, ncon = _solve(jobs, slot_s, horizons, cluster.gpus)
+        solved = solve_relaxation(jobs, slot_s, horizons, cluster.gpus)
+        assert solved is not None  # without a deadline the last slot takes any work left
+        ends, left, nvar, ncon = solved
         full = left > 1e-7
         avg = float(np.mean(ends - submit))
         gain, best = avg - best, avg

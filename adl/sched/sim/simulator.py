@@ -303,9 +303,12 @@ class Simulator:
             if not same_allocation(new.get(i.name), previous.get(i.name))
         }
         held = sum(len(v) for v in previous.values())
-        free = max(sum(self._capacity.values()) - held, 0)
+        total = sum(self._capacity.values())
+        free = max(total - held, 0)
+        left = max(total - sum(len(v) for v in new.values()), 0)
         reported = {i.name: True for i in infos}
-        decided = explain(changed, previous, {i.name: i for i in infos}, free, reported)
+        infos_by = {i.name: i for i in infos}
+        decided = explain(changed, previous, infos_by, free, reported, free_after=left)
         self.decisions += [(self.now, d) for d in decided.values()]
 
     def _advance_to_next_round(self) -> int:

@@ -30,7 +30,7 @@ from adl.models import (
 )
 from adl.sched.policy import AdlPolicy
 from adl.sched.types import NodeInfo, linear_speedup
-from tests.fakes import GreedyPolicy
+from tests.fakes import FixedPolicy, GreedyPolicy
 
 NOW = datetime(2024, 5, 1, tzinfo=UTC)
 TEMPLATE = {"spec": {"containers": [{"name": "t", "command": ["python"]}]}}
@@ -337,3 +337,28 @@ def test_current_goodput_from_the_reported_model() -> None:
     assert current_goodput(h, 4) != pytest.approx(expected)
     # the job's own figure wins
     assert current_goodput(h.model_copy(update={"goodput": 7.5}), 2) == 7.5
+
+
+def test_a_job_left_waiting_is_told_what_is_free_after_the_round_not_before() -> None:
+    # Two free GPUs before the round; the older job takes both. The newer one waits because
+    # none are left, not because two are "too few for its minimum".
+    jobs = [
+        record("old", age_s=60, spec={"max_replicas": 2}),
+        record("new", age_s=30, spec={"max_replicas": 2}),
+    ]
+    result = plan_round(GreedyPolicy(), jobs, [NodeInfo("n0", 2)], NOW)
+    assert len(result.allocation["ns/old"]) == 2
+    assert result.decisions["ns/new"].message == "waiting: no GPUs free"
+
+
+def test_a_job_waits_with_gpus_free_that_are_too_few_for_its_minimum() -> None:
+    jobs = [
+        record("old", age_s=60, spec={"max_replicas": 1}),
+        record("big", age_s=30, spec={"min_replicas": 2, "max_replicas": 2}),
+    ]
+    policy = FixedPolicy()
+    policy.replicas = {"old": 1, "big": 0}
+    result = plan_round(policy, jobs, [NodeInfo("n0", 2)], NOW)
+    assert result.decisions["ns/big"].message == (
+        "waiting: 1 GPUs free, too few for its minimum of 2"
+    )

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from adl.sched.sim.bound import ClusterShape, lower_bound
+from adl.sched.sim.bound_makespan import deadline_avg_jct_bound, makespan_bound
 from adl.sched.sim.bound_rates import concave_hull, rate_envelope
 from adl.sched.sim.simulator import SimConfig, Simulator
 from adl.sched.sim.traces import AppTrace, load_app
@@ -60,6 +61,14 @@ def splits(names: list[str], gpus: int) -> list[dict[str, int]]:
 
 def best_schedule(workload: list[WorkloadJob], app: AppTrace, gpus: int) -> float:
     """Lowest average JCT over every round-by-round allocation of one ``gpus``-GPU node."""
+    return every_schedule(workload, app, gpus)[0][1]
+
+
+def every_schedule(
+    workload: list[WorkloadJob], app: AppTrace, gpus: int
+) -> list[tuple[float, float]]:
+    """(makespan, average JCT) of every round-by-round allocation of one ``gpus``-GPU node,
+    the lowest average JCT first."""
     policy = Scripted(gpus)
     config = SimConfig(
         num_nodes=1,
@@ -69,13 +78,14 @@ def best_schedule(workload: list[WorkloadJob], app: AppTrace, gpus: int) -> floa
         rounds_on_events=True,  # also decide the moment a job arrives or finishes
         event_tick_s=1,
     )
-    best = np.inf
+    outcomes: list[tuple[float, float]] = []
 
     def search(sim: Simulator) -> None:
-        nonlocal best
         if all(j.done for j in sim.jobs):
             jcts = [(j.completion_time or 0) - j.spec.submit_time for j in sim.jobs]
-            best = min(best, float(np.mean(jcts)))
+            first = min(j.spec.submit_time for j in sim.jobs)
+            span = max(j.completion_time or 0 for j in sim.jobs) - first
+            outcomes.append((float(span), float(np.mean(jcts))))
             return
         choice = 0
         while True:
@@ -90,7 +100,7 @@ def best_schedule(workload: list[WorkloadJob], app: AppTrace, gpus: int) -> floa
 
     root = Simulator(workload, policy, {app.name: app}, config)
     search_first_round(root, search)
-    return best
+    return sorted(outcomes, key=lambda o: (o[1], o[0]))
 
 
 def search_first_round(sim: Simulator, search: Callable[[Simulator], None]) -> None:
@@ -127,6 +137,35 @@ def test_bound_is_below_the_best_exhaustive_schedule(
     res = lower_bound(workload, shape, slot_s=2, traces={"toy": toy})
     assert res.avg_jct_s <= best
     assert res.avg_jct_s >= res.alone_avg_jct_s - 1e-9
+
+
+@pytest.mark.parametrize(
+    ("submits", "gpus"),
+    [((0, 0), 2), ((0, 7), 2), ((0, 0, 3), 1)],
+)
+def test_deadline_bounds_are_below_every_exhaustive_schedule(
+    toy: AppTrace, submits: tuple[int, ...], gpus: int
+) -> None:
+    workload = toy_jobs(submits)
+    outcomes = every_schedule(workload, toy, gpus)
+    shape = ClusterShape(num_nodes=1, gpus_per_node=gpus, restart_delay_s=RESTART_S)
+    span = makespan_bound(workload, shape, slot_s=2, traces={"toy": toy})
+    shortest = min(o[0] for o in outcomes)
+    assert span.alone_s <= span.makespan_s <= shortest
+    if len(submits) == 3:  # three jobs on one GPU: the work itself, not the alone time, binds
+        assert span.makespan_s > 2 * span.alone_s
+    assert span.unsettled == 0
+    # the best mean among the schedules that meet each deadline stays above the deadline LP
+    for deadline in sorted({o[0] for o in outcomes}):
+        best = min(o[1] for o in outcomes if o[0] <= deadline)
+        bound = deadline_avg_jct_bound(workload, deadline, shape, slot_s=2, traces={"toy": toy})
+        assert bound is not None
+        assert bound <= best + 1e-9
+    # and no schedule finishes before the makespan bound: the deadline LP says so too
+    assert (
+        deadline_avg_jct_bound(workload, span.makespan_s - 2, shape, slot_s=2, traces={"toy": toy})
+        is None
+    )
 
 
 def test_sharing_makes_the_bound_exceed_the_alone_bound(toy: AppTrace) -> None:
