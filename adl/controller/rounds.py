@@ -25,7 +25,14 @@ from adl.sched.hints import (
     remaining_seconds,
     speedup_from_hints,
 )
-from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, SpeedupFn
+from adl.sched.types import (
+    Allocation,
+    JobInfo,
+    NodeInfo,
+    Policy,
+    RanksByPredictedRemaining,
+    SpeedupFn,
+)
 
 #: Restart cost assumed before a job has measured its own (seconds).
 DEFAULT_RESTART_COST_S = 30.0
@@ -341,6 +348,8 @@ def plan_round(
         max(total - held_before, 0),
         {r.key: _reported(r.status.hints) for r in movable},
         free_after=max(total - held_after, 0),
+        predictions_used=isinstance(policy, RanksByPredictedRemaining)
+        and policy.ranks_by_predicted_remaining(),
     )
     return RoundResult(allocation, changed, len(infos), decisions=decisions, faults=faults)
 

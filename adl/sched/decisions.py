@@ -127,11 +127,13 @@ def explain(
     *,
     limit: int = 3,
     free_after: int | None = None,
+    predictions_used: bool = True,
 ) -> dict[str, Decision]:
     """A ``Decision`` for every job in ``changed`` (its new answer) against ``previous`` (what
     it held). Jobs that gave GPUs back because they finished or were suspended (absent from
     ``infos``) are left out: their own phase says why. ``free_gpus`` are the GPUs free before
-    the round, ``free_after`` those left free by its answer."""
+    the round, ``free_after`` those left free by its answer; ``predictions_used`` says whether
+    the policy ranked jobs by predicted remaining work (else no decision names a prediction)."""
     grew = [k for k, v in changed.items() if len(v) > len(previous.get(k, []))]
     shrank = [k for k, v in changed.items() if len(v) < len(previous.get(k, []))]
     out: dict[str, Decision] = {}
@@ -158,8 +160,8 @@ def explain(
             if bigger and len(after) - len(before) > free_gpus
             else (),
             gave_to=tuple(k for k in grew if k != key)[:limit] if smaller else (),
-            predicted_from=_predicted_from(info),
-            predicted_kind=info.kind if _predicted_from(info) else "",
+            predicted_from=_predicted_from(info) if predictions_used else 0,
+            predicted_kind=info.kind if predictions_used and _predicted_from(info) else "",
             free_after=free_after,
             min_gpus=max(info.min_replicas, 1) * max(info.gpus_per_replica, 1),
         )

@@ -106,6 +106,10 @@ class AdlPolicy:
         self._tables: dict[tuple[int, int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
         self._next_tables: dict[tuple[int, int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
 
+    def ranks_by_predicted_remaining(self) -> bool:
+        """:class:`RanksByPredictedRemaining`: whether the knobs let the prediction count."""
+        return self.knobs.use_predicted_remaining > 0
+
     # ------------------------------------------------------------------ job weights
 
     def priority(self, job: JobInfo) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -84,3 +84,12 @@ class Policy(Protocol):
         nodes: Sequence[NodeInfo],
         previous: Mapping[str, list[str]],
     ) -> Allocation: ...
+
+
+@runtime_checkable
+class RanksByPredictedRemaining(Protocol):
+    """Capability: the policy may rank jobs of undeclared length by the driver's prediction
+    (``JobInfo.expected_remaining_s``). Only then does a decision name the prediction; a policy
+    without it (the baselines), or one that turned it off, never read it."""
+
+    def ranks_by_predicted_remaining(self) -> bool: ...

@@ -33,7 +33,7 @@ from adl.sched.sim.job import (
 from adl.sched.sim.traces import AppTrace, load_traces
 from adl.sched.sim.truth import TrueGoodput, TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob, load_workload
-from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
+from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, RanksByPredictedRemaining
 from adl.sched.work_history import WorkHistory
 
 
@@ -308,7 +308,13 @@ class Simulator:
         left = max(total - sum(len(v) for v in new.values()), 0)
         reported = {i.name: True for i in infos}
         infos_by = {i.name: i for i in infos}
-        decided = explain(changed, previous, infos_by, free, reported, free_after=left)
+        policy = self.policy
+        uses = False
+        if isinstance(policy, RanksByPredictedRemaining):
+            uses = policy.ranks_by_predicted_remaining()
+        decided = explain(
+            changed, previous, infos_by, free, reported, free_after=left, predictions_used=uses
+        )
         self.decisions += [(self.now, d) for d in decided.values()]
 
     def _advance_to_next_round(self) -> int:

@@ -36,7 +36,8 @@ from adl.models import (
 )
 from adl.sched.hints import done_seconds
 from adl.sched.policy import AdlPolicy
-from adl.sched.types import Allocation, JobInfo, NodeInfo
+from adl.sched.baselines import TiresiasPolicy
+from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
 from adl.sched.work_history import HistoryConfig, WorkHistory
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -367,6 +368,19 @@ def test_a_job_of_a_kind_known_to_be_short_goes_before_a_las_only_one() -> None:
     (started,) = [e.message for k, e in backend.events if k == "ns/known"]
     assert "remaining work predicted from 1 completed job of kind short" in started
     assert all("predicted" not in e.message for k, e in backend.events if k != "ns/known")
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [AdlPolicy(use_predicted_remaining=0), TiresiasPolicy()],
+    ids=["adl-predictions-off", "tiresias"],
+)
+def test_no_event_names_a_prediction_the_policy_did_not_use(policy: Policy) -> None:
+    backend = _contest(history_s=120.0, first="ns/known")
+    Driver(backend, policy).run_round(NOW + timedelta(seconds=1))
+    assert backend.jobs["ns/known"].desired == ["n1"]
+    assert backend.events
+    assert all("predicted" not in e.message for _, e in backend.events)
 
 
 def test_a_job_of_a_kind_known_to_be_long_waits_behind_a_las_only_one() -> None:
