@@ -10,12 +10,15 @@ Rules it enforces, so every allocation the policy builds is valid by constructio
   that already hosts another multi-node job (two distributed jobs on one node would contend for
   its network link and PCIe lanes).
 
-Nodes are kept in buckets by free GPUs, so a placement costs O(max GPUs per node + nodes used),
-not O(cluster size).
+Nodes are kept in buckets by free GPUs, with a sorted list of the buckets that hold a node, so a
+placement costs O(distinct free counts + nodes used), not O(cluster size), and not O(GPUs per
+node) either: the local daemon's one node of 2048 slots has 2049 buckets, at most one of them
+filled.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 
 from adl.sched.types import NodeInfo
@@ -41,6 +44,9 @@ class Cluster:
         for i, f in enumerate(self.free):
             self._buckets[f][i] = None
             self._open[f][i] = None
+        # the free counts whose bucket holds a node, ascending (the scans skip empty buckets)
+        self._levels = sorted(set(self.free))
+        self._open_levels = list(self._levels)
 
     @property
     def total_free(self) -> int:
@@ -50,13 +56,13 @@ class Cluster:
 
     def _move(self, i: int, new_free: int, new_owner: str | None) -> None:
         old_free, old_owner = self.free[i], self.owner[i]
-        del self._buckets[old_free][i]
+        _leave(self._buckets, self._levels, old_free, i)
         if old_owner is None:
-            del self._open[old_free][i]
+            _leave(self._open, self._open_levels, old_free, i)
         self.free[i], self.owner[i] = new_free, new_owner
-        self._buckets[new_free][i] = None
+        _enter(self._buckets, self._levels, new_free, i)
         if new_owner is None:
-            self._open[new_free][i] = None
+            _enter(self._open, self._open_levels, new_free, i)
 
     def take(self, job: str, placement: Placement, gpus_per_replica: int = 1) -> None:
         """Commit a placement (must be feasible; see :meth:`fits`)."""
@@ -99,10 +105,9 @@ class Cluster:
             for i in prefer:
                 if self.free[i] >= need:
                     return {i: replicas}
-            for f in range(need, self.max_gpus + 1):
-                bucket = self._buckets[f]
-                if bucket:
-                    return {next(iter(bucket)): replicas}
+            at = bisect_left(self._levels, need)  # best fit: the fewest free GPUs that fit
+            if at < len(self._levels):
+                return {next(iter(self._buckets[self._levels[at]])): replicas}
         best = self._spread(replicas, gpus_per_replica, ())
         if best is not None and prefer:
             mine = self._spread(replicas, gpus_per_replica, prefer)
@@ -123,7 +128,7 @@ class Cluster:
                 left -= placement[i]
                 if left == 0:
                     return placement
-        for f in range(self.max_gpus, 0, -1):
+        for f in reversed(self._open_levels):
             per_node = f // gpus_per_replica
             if per_node == 0:
                 break
@@ -150,6 +155,20 @@ class Cluster:
                 return None
             placement[i] = placement.get(i, 0) + 1
         return placement
+
+
+def _enter(buckets: list[dict[int, None]], levels: list[int], free: int, node: int) -> None:
+    bucket = buckets[free]
+    if not bucket:
+        insort(levels, free)
+    bucket[node] = None
+
+
+def _leave(buckets: list[dict[int, None]], levels: list[int], free: int, node: int) -> None:
+    bucket = buckets[free]
+    del bucket[node]
+    if not bucket:
+        del levels[bisect_left(levels, free)]
 
 
 def validate_allocation(
