@@ -235,14 +235,18 @@ def _describe(err: BaseException) -> str:
 def _probe(info: JobInfo) -> None:
     """Ask the job's speedup function what every policy asks first (one replica, its maximum
     on one node and on two) so that a model that raises or answers no number is caught here,
-    against this job, rather than inside the policy against the whole round."""
-    sizes = {(1, 1), (1, max(info.max_replicas, 1))}
-    if info.max_replicas > 1:
-        sizes.add((2, info.max_replicas))
-    for n, k in sorted(sizes):
-        value = np.asarray(info.speedup(n, k), dtype=np.float64)
-        if not np.all(np.isfinite(value)) or np.any(value < 0):
-            raise ValueError(f"its speedup at {k} replicas on {n} node(s) is {value.tolist()}")
+    against this job, rather than inside the policy against the whole round. One vectorised
+    call (the speedup contract): on a cold round of 1000 jobs, three calls a job cost ~0.3 s."""
+    top = max(info.max_replicas, 1)
+    sizes = sorted({(1, 1), (1, top), *([(2, top)] if top > 1 else [])})
+    nodes = np.array([n for n, _ in sizes], dtype=np.float64)
+    replicas = np.array([k for _, k in sizes], dtype=np.float64)
+    values = np.broadcast_to(
+        np.asarray(info.speedup(nodes, replicas), dtype=np.float64), (len(sizes),)
+    )
+    for (n, k), value in zip(sizes, values.tolist(), strict=True):
+        if not np.isfinite(value) or value < 0:
+            raise ValueError(f"its speedup at {k} replicas on {n} node(s) is {value}")
 
 
 def _usable_infos(
