@@ -43,12 +43,12 @@ def speedup_from_hints(hints: Hints | None) -> SpeedupFn:
 def _base_rate(hints: Hints, speedup: SpeedupFn | None) -> float | None:
     """Scale-invariant steps per second on one replica at the best batch size: the job's own
     model's, or None before it reported one."""
-    fn = goodput_from_hints(hints)
-    if fn is None:
+    if hints.perf_params is None:
         return None
-    if isinstance(speedup, SpeedupFunction):  # already computed for the round
+    if isinstance(speedup, SpeedupFunction):  # already computed for the round: no second model
         return speedup.base_goodput
-    return float(fn.optimize(1, 1).goodput[0])
+    fn = goodput_from_hints(hints)
+    return None if fn is None else float(fn.optimize(1, 1).goodput[0])
 
 
 def remaining_seconds(hints: Hints | None, speedup: SpeedupFn | None = None) -> float | None:
