@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from adl.sched.placement import Cluster, Placement
+from adl.sched.policy_efficiency import beyond_efficient, efficient_count
 from adl.sched.policy_knobs import Knobs
 from adl.sched.policy_weights import aging, rank_weights
 from adl.sched.speedup_table import SpeedupTable
@@ -76,12 +77,8 @@ class _Job:
     table: SpeedupTable
     placement: Placement
     fair: float = 1.0  # speedup at an equal share of the cluster (power-mean normalisation)
-    efficient: int = 0  # most replicas at the efficiency floor (0 = no floor)
-    efficient_speedup: float = 0.0
-    eff_count: int = 1
-    eff_speedup: float = 1.0
-    guard_speedup: float = 0.0  # speedup the tail guard guarantees (0 = none)
-    guard_weight: float = 0.0
+    efficient: int = 0  # most replicas at the efficiency floor (0 = no floor applies)
+    efficient_speedup: float = 0.0  # the speedup there
     replicas: int = 0
     utility: float = 0.0
 
@@ -202,17 +199,13 @@ class AdlPolicy:
         """The job's value on ``replicas`` over ``nodes``; a ``moved`` job pays its restart."""
         speedup = job.table.get(nodes, replicas, job.cap)
         if job.efficient and replicas > job.efficient:
-            # Beyond its efficient count a job's extra speedup is worth a hundredth: those GPUs
-            # go to it only when no other job can use them well.
-            speedup = job.efficient_speedup + 0.01 * max(speedup - job.efficient_speedup, 0.0)
+            speedup = beyond_efficient(speedup, job.efficient_speedup)
         q = self.knobs.speedup_power
         if q != 1.0:
             # Power mean over speedups normalised by the job's equal share: concave for q < 1,
             # so a job's first GPUs count more than another job's extra ones (the tail).
             speedup = job.fair * (speedup / job.fair) ** q
         value = job.weight * speedup
-        if job.guard_speedup > 0:
-            value += job.guard_weight * min(speedup, job.guard_speedup)
         if moved:  # (re)starting costs every job the same delay
             restart_s = job.restart_s
             if job.prev is not None and replicas > job.prev_replicas:
@@ -313,41 +306,21 @@ class AdlPolicy:
                 per_node = max(cluster.max_gpus // job.gpr, 1)
                 job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)
         self._alternative_weights(out, cluster.max_gpus)
-        if self.knobs.efficiency_floor > 0 or self.knobs.tail_guard > 0:
+        if self.knobs.efficiency_floor > 0:
             for job in out:
                 self._efficiency_cap(job, cluster.max_gpus)
-        if self.knobs.tail_guard > 0 and out:
-            self._tail_guard(out, total)
         return out
 
-    def _tail_guard(self, jobs: list[_Job], total: int) -> None:
-        """Guarantee the jobs that would otherwise run alone at the end the speedup that
-        finishes them when the cluster drains its current work at efficient counts."""
-        drain = sum(j.remaining * j.eff_count * j.gpr / j.eff_speedup for j in jobs)
-        drain /= max(total, 1)
-        if drain <= 0:
-            return
-        top = max(j.weight for j in jobs)
-        for job in jobs:
-            need = job.remaining / job.eff_speedup
-            if need * self.knobs.tail_guard >= drain:
-                job.guard_speedup = min(job.eff_speedup, job.remaining / drain)
-                job.guard_weight = 100.0 * top
-
     def _efficiency_cap(self, job: _Job, node_gpus: int) -> None:
-        """The most replicas (packed) at which the job's speedup per replica is at least
-        ``efficiency_floor`` (0.5 when only the tail guard is on)."""
-        floor = self.knobs.efficiency_floor or 0.5
+        """Soft cap at the job's efficient count (:mod:`adl.sched.policy_efficiency`)."""
         per_node = max(node_gpus // job.gpr, 1)
-        best = 1
-        for count in range(2, job.cap + 1):
-            if job.table.get(-(-count // per_node), count, job.cap) >= floor * count:
-                best = count
-        job.eff_count = best
-        job.eff_speedup = max(job.table.get(-(-best // per_node), best, job.cap), 1e-9)
-        if self.knobs.efficiency_floor > 0 and best < job.cap:
-            job.efficient = best
-            job.efficient_speedup = job.eff_speedup
+
+        def packed(count: int) -> float:
+            return job.table.get(-(-count // per_node), count, job.cap)
+
+        count = efficient_count(packed, job.cap, self.knobs.efficiency_floor)
+        if count < job.cap:
+            job.efficient, job.efficient_speedup = count, packed(count)
 
     def _alternative_weights(self, jobs: list[_Job], node_gpus: int) -> None:
         """The opt-in weights of :mod:`adl.sched.policy_weights` (measured, not the default)."""

@@ -80,15 +80,11 @@ class Knobs:
     #: 1 = age counts against the job's remaining time at its cap, not its remaining one-GPU
     #: seconds (:mod:`adl.sched.policy_weights`; measured, lost)
     aging_best: float = 0.0
-    #: GPUs a job gets beyond the largest count whose speedup per GPU is at least this
-    #: fraction of one GPU's count for only ``1%`` of their speedup: the cluster's GPU-time
-    #: goes to efficient counts first, and to inefficient ones only when nothing else wants it
-    #: (0 = off)
+    #: in (0, 1): a job's replicas beyond the most at which its speedup per replica is at
+    #: least this are worth a hundredth of their speedup, so they go to it only when no other
+    #: job can use them (:mod:`adl.sched.policy_efficiency`; fewer GPU-hours held, a longer
+    #: mean JCT: measured, not the default)
     efficiency_floor: float = 0.0
-    #: tail guard: a job whose time left at its efficient count reaches the time the cluster
-    #: needs to drain all current work, divided by this, is guaranteed the speedup that
-    #: finishes it by then (0 = off)
-    tail_guard: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
