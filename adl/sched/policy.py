@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from adl.sched.knapsack import best_counts
 from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_efficiency import beyond_efficient, efficient_count
 from adl.sched.policy_knobs import Knobs
@@ -437,36 +438,15 @@ class AdlPolicy:
         open_jobs = [i for i, j in enumerate(work) if j.replicas == 0]
         if free <= 0 or len(open_jobs) * (free + 1) > self.knobs.dp_max_cells:
             return None
-        best = np.full(free + 1, -np.inf)
-        best[0] = 0.0
-        choices: list[np.ndarray] = []
         keeps: dict[int, int] = {}
+        values = []
         for idx in open_jobs:
-            values, keep = self._count_values(work[idx], cluster.max_gpus, free)
+            job_values, keep = self._count_values(work[idx], cluster.max_gpus, free)
             if keep >= 0:
                 keeps[idx] = keep
-            new = best.copy()  # count 0
-            choice = np.zeros(free + 1, dtype=np.int64)
-            worth = 0.0
-            for count in range(1, len(values)):
-                if values[count] <= worth:
-                    continue  # dominated: a smaller count is worth as much
-                worth = values[count]
-                gpus = count * work[idx].gpr
-                cand = np.full(free + 1, -np.inf)
-                cand[gpus:] = best[: free + 1 - gpus] + values[count]
-                better = cand > new + 1e-15
-                new[better] = cand[better]
-                choice[better] = count
-            best = new
-            choices.append(choice)
-        c = int(np.argmax(best))
-        counts: dict[int, int] = {}
-        for pos in range(len(open_jobs) - 1, -1, -1):
-            idx = open_jobs[pos]
-            count = int(choices[pos][c])
-            counts[idx] = count
-            c -= count * work[idx].gpr
+            values.append(job_values)
+        chosen = best_counts(values, [work[idx].gpr for idx in open_jobs], free)
+        counts = dict(zip(open_jobs, chosen, strict=True))
         # Place: kept placements first, then the most GPUs (fewest nodes, where they were).
         rest = []
         for idx, count in counts.items():
