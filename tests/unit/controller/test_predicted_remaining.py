@@ -34,9 +34,9 @@ from adl.models import (
     Phase,
     parse_spec,
 )
+from adl.sched.baselines import TiresiasPolicy
 from adl.sched.hints import done_seconds
 from adl.sched.policy import AdlPolicy
-from adl.sched.baselines import TiresiasPolicy
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
 from adl.sched.work_history import HistoryConfig, WorkHistory
 

@@ -24,12 +24,12 @@ def best_single(cluster: Cluster, need: int) -> int | None:
 
 def fewest_nodes(cluster: Cluster, replicas: int, gpr: int) -> int | None:
     """Open nodes, emptiest first, until ``replicas`` fit (None: they never do)."""
-    left, used = replicas, 0
-    for f in sorted((f for f, o in zip(cluster.free, cluster.owner) if o is None), reverse=True):
+    left = replicas
+    open_free = [f for f, o in zip(cluster.free, cluster.owner, strict=True) if o is None]
+    for used, f in enumerate(sorted(open_free, reverse=True), start=1):
         if f // gpr == 0:
             break
         left -= f // gpr
-        used += 1
         if left <= 0:
             return used
     return None
