@@ -222,11 +222,21 @@ class _Program:
 
 
 def solve_relaxation(
-    jobs: Sequence[RelaxedJob], slot: int, horizons: FloatArray, gpus: int, deadline: bool = False
+    jobs: Sequence[RelaxedJob],
+    slot: int,
+    horizons: FloatArray,
+    gpus: int,
+    deadline: bool = False,
+    *,
+    feasibility: bool = False,
+    time_limit_s: float | None = None,
 ) -> tuple[FloatArray, FloatArray, int, int] | None:
     """Solve the LP for these per-job horizons: (C_j, work left to each job's last slot,
     variables, constraints). With ``deadline`` every job must be done by its horizon (no work
-    left to the last slot, ``C_j`` at most the horizon); None when no point meets that."""
+    left to the last slot, ``C_j`` at most the horizon); None when no point meets that.
+    ``feasibility``: any feasible point will do (no objective: HiGHS answers sooner), and its
+    ``C_j`` mean nothing. Raises :class:`LPFailed` when HiGHS settles nothing (numbers, or
+    ``time_limit_s``)."""
     lp = _Program()
     completion = lp.columns(len(jobs))
     gpu_cols: dict[int, list[int]] = {}
@@ -277,12 +287,15 @@ def solve_relaxation(
     if deadline:
         upper[[c for cols in overflow_cols for c in cols]] = 0.0
         upper[completion] = horizons
+    if feasibility:
+        cost[:] = 0.0
     res = scipy.optimize.linprog(
         cost,
         A_ub=lp.matrix(),
         b_ub=np.concatenate(lp.rhs),
         bounds=np.column_stack([lower, upper]),
         method="highs",
+        options={} if time_limit_s is None else {"time_limit": float(time_limit_s)},
     )
     if deadline and res.status == 2:
         return None  # infeasible: no schedule finishes every job by its horizon
