@@ -277,7 +277,8 @@ class Daemon:
         self.groups.reap()
         if self._round_due or time.monotonic() - self._last_round >= self.s.round_s:
             self.schedule(now)
-        self.reload()
+        if self.reload():  # a user's write that landed during the round wants one of its own
+            self._round_due = True
 
     def step_job(self, rec: JobRecord, now: datetime) -> None:
         if rec.deleted or rec.status.phase.finished:
