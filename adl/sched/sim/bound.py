@@ -309,8 +309,14 @@ def prepare_jobs(
     workload: Sequence[WorkloadJob],
     cluster: ClusterShape,
     traces: Mapping[str, AppTrace] | None = None,
+    slot_s: int = 600,
 ) -> list[RelaxedJob]:
-    """The LP's view of each job: release time, alone time and currencies."""
+    """The LP's view of each job: release time, alone time and currencies (after checking the
+    arguments every bound shares)."""
+    if not 1 <= slot_s <= 86400:
+        raise ValueError("slot_s must be between 1 s and a day")
+    if not workload:
+        raise ValueError("empty workload")
     apps = traces if traces is not None else load_traces()
     env = envelopes(workload, apps, cluster)
     return [
@@ -335,12 +341,8 @@ def lower_bound(
     max_rounds: int = 6,
 ) -> BoundResult:
     """The LP lower bound on the average JCT of ``workload`` (see the module docstring)."""
-    if not 1 <= slot_s <= 86400:
-        raise ValueError("slot_s must be between 1 s and a day")
-    if not workload:
-        raise ValueError("empty workload")
     cluster = cluster or ClusterShape()
-    jobs = prepare_jobs(workload, cluster, traces)
+    jobs = prepare_jobs(workload, cluster, traces, slot_s)
     # A first horizon per job (any horizon is valid; the LP lengthens the ones it fills).
     span = np.array([max(8.0 * j.alone_s, 3600.0) for j in jobs])
     release = np.array([j.release_s for j in jobs])

@@ -55,12 +55,8 @@ def makespan_bound(
     the grid; feasibility only grows with the deadline). A solve that HiGHS cannot settle
     within ``solve_limit_s`` counts as feasible (``unsettled``): the bound stays sound, only
     lower. Near the true answer the feasibility LPs are the slowest (minutes on 160 jobs)."""
-    if not 1 <= slot_s <= 86400:
-        raise ValueError("slot_s must be between 1 s and a day")
-    if not workload:
-        raise ValueError("empty workload")
     cluster = cluster or ClusterShape()
-    jobs = prepare_jobs(workload, cluster, traces)
+    jobs = prepare_jobs(workload, cluster, traces, slot_s)
     t0 = time.perf_counter()
     alone = max(j.earliest_s for j in jobs)
     first = min(j.submit_s for j in jobs)
@@ -117,10 +113,8 @@ def deadline_avg_jct_bound(
 ) -> float | None:
     """A lower bound on the average JCT of every schedule whose makespan (from the first
     submission) is at most ``makespan_s``; None when no schedule's is (the LP proves it)."""
-    if not workload:
-        raise ValueError("empty workload")
     cluster = cluster or ClusterShape()
-    jobs = prepare_jobs(workload, cluster, traces)
+    jobs = prepare_jobs(workload, cluster, traces, slot_s)
     deadline = makespan_s + min(j.submit_s for j in jobs)
     if deadline < max(j.earliest_s for j in jobs):
         return None
