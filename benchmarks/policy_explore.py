@@ -104,8 +104,8 @@ def run_one(
     finished = max((j.completion_s or 0 for j in result.jobs), default=0)
     held = 0.0
     for i, (t, alloc) in enumerate(result.timeline):
-        nxt = min(times[i + 1] if i + 1 < len(times) else t + 60, max(finished, t))
-        held += sum(alloc.values()) * (nxt - t)
+        nxt = times[i + 1] if i + 1 < len(times) else t + 60
+        held += sum(alloc.values()) * (min(nxt, max(finished, t)) - t)  # none after the last job
         for name, g in alloc.items():
             if g > 0:
                 first.setdefault(name, t)

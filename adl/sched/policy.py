@@ -446,7 +446,9 @@ class AdlPolicy:
                 keeps[idx] = keep
             values.append(job_values)
         chosen = best_counts(values, [work[idx].gpr for idx in open_jobs], free)
-        counts = dict(zip(open_jobs, chosen, strict=True))
+        # latest submitted first: the order kept placements are committed in below, which the
+        # replays' figures were measured with (a kept placement that no longer fits loses out)
+        counts = dict(zip(reversed(open_jobs), reversed(chosen), strict=True))
         # Place: kept placements first, then the most GPUs (fewest nodes, where they were).
         rest = []
         for idx, count in counts.items():
