@@ -8,6 +8,14 @@
 # module with its published v0.<minor>.<patch> tag instead. etcd's own main module has the same
 # problem; its server module exports etcdmain, so a three-line main of ours runs it.
 #
+# Runs at once on one machine (two test sessions, CI beside a developer) share one build: the
+# build holds an flock on <cache>/<versions>.lock, and a second run waits for it, looks in the
+# cache again and reuses what the first one built. The binaries are built into a staging
+# directory beside the cache entry and renamed into place only when all four are there, so the
+# cache never holds a partial binary; a failed or interrupted build removes its staging
+# directory (one left by kill -9 is removed by the next build). Progress goes to stderr: a line
+# per step with the seconds since the start, and every $ADL_K8S_PROGRESS_S (30) s during one.
+#
 # Prints the directory holding the four binaries on its last line of stdout.
 #   ADL_K8S_ASSETS=DIR   use prebuilt binaries from DIR (like setup-envtest's KUBEBUILDER_ASSETS)
 #   ADL_K8S_CACHE=DIR    where built binaries are kept (default ~/.cache/adl/k8s)
@@ -24,31 +32,92 @@ if [[ -n "${ADL_K8S_ASSETS:-}" ]]; then
   echo "ADL_K8S_ASSETS=$ADL_K8S_ASSETS lacks one of: ${bins[*]}" >&2; exit 2
 fi
 
-out="${ADL_K8S_CACHE:-$HOME/.cache/adl/k8s}/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
+cache="${ADL_K8S_CACHE:-$HOME/.cache/adl/k8s}"
+name="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
+out="$cache/$name"
 if have_all "$out"; then echo "$out"; exit 0; fi
 
-command -v go >/dev/null || { echo "go is needed to build the control plane (or set ADL_K8S_ASSETS)" >&2; exit 2; }
-work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-mkdir -p "$out" "$work/k8s" "$work/etcd"
+for tool in go flock setsid; do
+  command -v "$tool" >/dev/null || {
+    echo "$tool is needed to build the control plane (or set ADL_K8S_ASSETS)" >&2; exit 2; }
+done
+start=$SECONDS
+tick="${ADL_K8S_PROGRESS_S:-30}"
+log() { printf '[build_assets %4d s] %s\n' "$((SECONDS - start))" "$*" >&2; }
+
+# --- one build at a time per cache entry ----------------------------------------------------
+mkdir -p "$cache"
+lock="$cache/$name.lock"   # kept: removing a lock file lets two runs lock different files
+exec 9>>"$lock"
+if ! flock -n 9; then
+  log "another run is building $name (it holds $lock); waiting for it"
+  flock 9
+  if have_all "$out"; then log "the other run built it; reusing $out"; echo "$out"; exit 0; fi
+  log "the other run did not finish its build; building here"
+fi
+if have_all "$out"; then echo "$out"; exit 0; fi  # finished between the first look and the lock
+
+# Nobody else builds now, so what is here is a leftover: a partial directory written by an
+# older version of this script, or the staging directory of a run killed with kill -9.
+rm -rf "$out" "$cache/.$name.build."*
+stage="$(mktemp -d "$cache/.$name.build.XXXXXX")"
+work="$(mktemp -d)"
+cleanup() {
+  local pid
+  for pid in $(jobs -p); do  # a step's process group (go and its compilers), its ticker
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  done
+  wait || true
+  rm -rf "$stage" "$work"
+}
+trap cleanup EXIT
+trap 'log "interrupted; nothing partial is left in $cache"; exit 130' INT
+trap 'log "terminated; nothing partial is left in $cache"; exit 143' TERM
+trap 'exit 129' HUP
+
+# step WHAT CMD...: runs CMD in its own process group and in the background,
+# so that a signal stops it at once instead of after it ends, and logs its progress. CMD does not
+# inherit the lock's descriptor: the lock lasts exactly as long as this script.
+step() {
+  local what=$1 t0=$SECONDS rc=0 child ticker
+  shift
+  log "$what ..."
+  setsid "$@" 9>&- &
+  child=$!
+  (
+    trap 'kill "$s" 2>/dev/null; exit 0' TERM
+    while :; do sleep "$tick" 9>&- & s=$!; wait "$s"; log "  $what: $((SECONDS - t0)) s so far"; done
+  ) 9>&- &
+  ticker=$!
+  wait "$child" || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" || true
+  if ((rc)); then log "$what failed (exit $rc) after $((SECONDS - t0)) s"; exit "$rc"; fi
+  log "$what: done in $((SECONDS - t0)) s"
+}
+
 export GOFLAGS=-mod=mod CGO_ENABLED=0
-start=$(date +%s)
+mkdir -p "$work/k8s" "$work/etcd"
 
 # --- Kubernetes ---------------------------------------------------------------------------
 minor_patch="${K8S_VERSION#v1.}"                    # 37.2
 cd "$work/k8s"
 go mod init adl.local/k8sassets >/dev/null 2>&1
 go mod edit -require="k8s.io/kubernetes@${K8S_VERSION}"
-modfile="$(go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+step "fetching k8s.io/kubernetes ${K8S_VERSION}" \
+  go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" >"$work/kubernetes.json"
+modfile="$(sed -n 's/.*"GoMod": "\(.*\)",/\1/p' "$work/kubernetes.json")"
 for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$modfile"); do
   go mod edit -replace="$m=$m@v0.${minor_patch}"
 done
 ver="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
 ver+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor_patch%%.*}"
 ver+=" -X k8s.io/component-base/version.gitTreeState=clean"
+n=0
 for b in kube-apiserver kube-controller-manager kube-scheduler; do
-  echo "building $b ${K8S_VERSION} ..." >&2
-  go build -trimpath -ldflags "-s -w $ver" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b"
-  mv "$out/$b.tmp" "$out/$b"
+  n=$((n + 1))
+  step "building $b ${K8S_VERSION} ($n of 4)" \
+    go build -trimpath -ldflags "-s -w $ver" -o "$stage/$b" "k8s.io/kubernetes/cmd/$b" >&2
 done
 
 # --- etcd ---------------------------------------------------------------------------------
@@ -66,10 +135,12 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
-go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-echo "building etcd ${ETCD_VERSION} ..." >&2
-go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" .
-mv "$out/etcd.tmp" "$out/etcd"
+step "fetching etcd ${ETCD_VERSION}" go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
+step "building etcd ${ETCD_VERSION} (4 of 4)" go build -trimpath -ldflags "-s -w" -o "$stage/etcd" . >&2
 
-echo "built in $(( $(date +%s) - start )) s: $(du -sh "$out" | cut -f1) in $out" >&2
+# --- into place, all four at once -----------------------------------------------------------
+have_all "$stage" || { log "the build left no complete set of binaries in $stage"; exit 1; }
+chmod 755 "$stage"
+mv -T "$stage" "$out"   # one rename: the cache entry appears complete or not at all
+log "built in $((SECONDS - start)) s: $(du -sh "$out" | cut -f1) in $out"
 echo "$out"

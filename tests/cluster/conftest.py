@@ -57,11 +57,29 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         )
 
 
+def _show_on_terminal(config: pytest.Config) -> Callable[[str], None]:
+    """A line on the terminal now, past pytest's output capture (the build's progress)."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+
+    def show(line: str) -> None:
+        if reporter is None:
+            return
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            reporter.write_line(line)
+
+    return show
+
+
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    # builds the binaries when they are neither cached nor given by ADL_K8S_ASSETS: a missing
-    # control plane is an error, never a skip
-    plane = ControlPlane(find_assets(), tmp_path_factory.mktemp("control-plane"))
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[ControlPlane]:
+    # builds the binaries when they are neither cached nor given by ADL_K8S_ASSETS (showing the
+    # build's progress; a run started beside another one waits for its build and reuses it): a
+    # missing control plane is an error, never a skip
+    assets = find_assets(_show_on_terminal(pytestconfig))
+    plane = ControlPlane(assets, tmp_path_factory.mktemp("control-plane"))
     plane.start()
     _STARTED.update(version=plane.version, assets=str(plane.assets))
     try:

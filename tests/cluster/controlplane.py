@@ -17,9 +17,15 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import ssl
 import subprocess
+import tempfile
+import threading
+import time
 import urllib.request
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,8 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 #: the service range; its first address is the `kubernetes` Service (in the serving cert)
 SERVICE_CIDR = "10.0.0.0/24"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+#: bounds a first build (minutes; see docs/contributing.md) and a run's wait for another run's
+BUILD_TIMEOUT_S = 3600.0
 #: a cold API server on 2 busy cores needs several seconds; this bounds a hung start
 STARTUP_TIMEOUT_S = 120.0
 
@@ -70,21 +78,65 @@ def pinned_versions() -> dict[str, str]:
     return out
 
 
-def find_assets() -> Path:
+def find_assets(
+    progress: Callable[[str], None] | None = None, *, timeout_s: float = BUILD_TIMEOUT_S
+) -> Path:
     """The directory with the four binaries: ``$ADL_K8S_ASSETS``, the cache, or a fresh build
-    (``build_assets.sh`` decides; a build takes many minutes the first time, then is cached)."""
-    done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False, timeout=3600
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"{BUILD_SCRIPT} failed ({done.returncode}); its stderr ends:\n{done.stderr[-4000:]}"
+    (``build_assets.sh`` decides; a first build takes minutes, then is cached).
+
+    The script's own progress lines (each step of a build, or a wait for another run's build)
+    are passed to ``progress`` as they come, from this thread. On a timeout or an interrupt the
+    script is stopped with SIGTERM, on which it stops its build and removes what it had built."""
+    tail: deque[str] = deque(maxlen=80)
+    lines: queue.Queue[str | None] = queue.Queue()
+    with tempfile.TemporaryFile("w+") as stdout:
+        proc = subprocess.Popen(
+            ["bash", str(BUILD_SCRIPT)], stdout=stdout, stderr=subprocess.PIPE, text=True
         )
-    assets = Path(done.stdout.strip().splitlines()[-1])
+
+        def pump() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=pump, name="build_assets stderr", daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        try:
+            while (line := lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+                tail.append(line)
+                if progress is not None and line.startswith("[build_assets"):
+                    progress(line)
+            returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except (queue.Empty, subprocess.TimeoutExpired):
+            _stop_build(proc)
+            raise RuntimeError(
+                f"{BUILD_SCRIPT} did not finish in {timeout_s:.0f} s and was stopped; its stderr "
+                "ends:\n" + "\n".join(tail)[-4000:]
+            ) from None
+        except BaseException:  # an interrupt: the script cleans up after itself on SIGTERM
+            _stop_build(proc)
+            raise
+        stdout.seek(0)
+        printed = stdout.read()
+    if returncode != 0:
+        raise RuntimeError(
+            f"{BUILD_SCRIPT} failed ({returncode}); its stderr ends:\n" + "\n".join(tail)[-4000:]
+        )
+    assets = Path(printed.strip().splitlines()[-1])
     missing = [b for b in BINARIES if not os.access(assets / b, os.X_OK)]
     if missing:
         raise RuntimeError(f"{assets} lacks {missing}")
     return assets
+
+
+def _stop_build(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def write_kubeconfig(
