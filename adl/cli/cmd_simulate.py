@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--policy",
                 "-p",
-                help="adl, sia, pollux, pollux-objective, tiresias, optimus or fifo",
+                help="adl, sia, pollux, pollux-objective, tiresias, optimus or fifo; several, "
+                "comma-separated (adl,sia,pollux), replay each workload under each",
             ),
         ] = "adl",
         traces: Annotated[
@@ -145,10 +146,26 @@ def register(app: typer.Typer) -> None:
         ] = None,
         seed: Annotated[int, typer.Option("--seed", help="policy seed")] = 0,
         json_path: Annotated[
-            Path | None, typer.Option("--json", help="write per-workload figures as JSON")
+            Path | None,
+            typer.Option(
+                "--json",
+                help="write per-workload figures as JSON (with several policies, "
+                '{"policies": [one such document per policy]})',
+            ),
         ] = None,
         plot: Annotated[
-            Path | None, typer.Option("--plot", help="write GPUs per job over time as a PNG")
+            Path | None,
+            typer.Option(
+                "--plot", help="write GPUs per job over time as a PNG (a panel per replay)"
+            ),
+        ] = None,
+        plot_jct: Annotated[
+            Path | None,
+            typer.Option(
+                "--plot-jct",
+                help="write the distribution of job completion times as a PNG: a panel per "
+                "workload, a line per policy (the fraction of jobs finished within x seconds)",
+            ),
         ] = None,
         hide_remaining: Annotated[
             bool,
@@ -184,14 +201,20 @@ def register(app: typer.Typer) -> None:
         from adl.sched.sim.traces import default_traces_dir, load_traces
         from adl.sched.sim.workload import workload_paths
 
-        if policy not in POLICY_NAMES:
-            raise _fail(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+        policies = [p.strip() for p in policy.split(",") if p.strip()]
+        for name in policies or [policy]:
+            if name not in POLICY_NAMES:
+                raise _fail(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+        if len(set(policies)) < len(policies):
+            raise _fail(f"--policy {policy}: a policy is named twice")
         try:
             knobs = parse_knobs(policy_knob or [])
         except ValueError as err:
             raise _fail(str(err)) from None
-        if knobs and policy != "adl":
+        if knobs and "adl" not in policies:
             raise _fail(f"--policy-knob applies to the adl policy only, not {policy!r}")
+        if decisions_path is not None and len(policies) > 1:
+            raise _fail("--decisions takes one policy")
         try:
             paths = workload_paths(target)
         except FileNotFoundError as err:
@@ -202,48 +225,57 @@ def register(app: typer.Typer) -> None:
         except (FileNotFoundError, ValueError) as err:
             raise _fail(str(err)) from None
         try:
-            if plot is not None:
-                from adl.sched.sim.plot import check_plot_path
+            for option, plot_path in (("--plot", plot), ("--plot-jct", plot_jct)):
+                if plot_path is not None:
+                    from adl.sched.sim.plot import check_plot_path
 
-                check_plot_path(plot)
-                check_output_path(plot, "--plot")
+                    check_plot_path(plot_path, option)
+                    check_output_path(plot_path, option)
             if json_path is not None:
                 check_output_path(json_path, "--json")
             if decisions_path is not None:
                 check_output_path(decisions_path, "--decisions")
         except ValueError as err:
             raise _fail(str(err)) from None
-        if hide_remaining and uses_oracle(policy):
-            _err.print("note: optimus is an oracle baseline; --hide-remaining does not apply")
+        for name in policies:
+            if hide_remaining and uses_oracle(name):
+                _err.print(f"note: {name} is an oracle baseline; --hide-remaining does not apply")
 
         out = Console()
-        events = rounds_on_events(policy) and not fixed_rounds
-        config = SimConfig(
-            hide_remaining=hide_remaining,
-            rounds_on_events=events,
-            explain=decisions_path is not None,
-        )
         decision_lines: list[str] = []
-        report: dict[str, Any] = {}
+        reports: dict[str, dict[str, Any]] = {name: {} for name in policies}
         plotted: list[tuple[str, SimResult]] = []
+        by_workload: dict[str, list[tuple[str, SimResult]]] = {}
+        several = len(policies) > 1
         for path in paths:
-            t0 = time.perf_counter()
-            try:
-                result = replay(path, policy, seed, apps, config, _err, knobs)
-            except (KeyError, ValueError) as err:
-                text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
-                raise _fail(text if text.startswith(str(path)) else f"{path}: {text}") from None
-            wall = time.perf_counter() - t0
-            summary = summarize(result)
-            summary["wall_s"] = round(wall, 3)
-            report[path.stem] = summary
-            out.print(workload_table(path.stem, policy, result, summary, events))
-            out.print(f"simulated in {wall:.1f} s\n")
-            if plot is not None:
-                plotted.append((path.stem, result))
-            decision_lines += [
-                f"{path.stem}\t{t}\t{d.job}\t{d.message}" for t, d in result.decisions
-            ]
+            for name in policies:
+                events = rounds_on_events(name) and not fixed_rounds
+                config = SimConfig(
+                    hide_remaining=hide_remaining,
+                    rounds_on_events=events,
+                    explain=decisions_path is not None,
+                )
+                t0 = time.perf_counter()
+                try:
+                    result = replay(
+                        path, name, seed, apps, config, _err, knobs if name == "adl" else None
+                    )
+                except (KeyError, ValueError) as err:
+                    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+                    raise _fail(text if text.startswith(str(path)) else f"{path}: {text}") from None
+                wall = time.perf_counter() - t0
+                summary = summarize(result)
+                summary["wall_s"] = round(wall, 3)
+                reports[name][path.stem] = summary
+                out.print(workload_table(path.stem, name, result, summary, events))
+                out.print(f"simulated in {wall:.1f} s\n")
+                if plot is not None:
+                    plotted.append((f"{path.stem} under {name}" if several else path.stem, result))
+                if plot_jct is not None:
+                    by_workload.setdefault(path.stem, []).append((name, result))
+                decision_lines += [
+                    f"{path.stem}\t{t}\t{d.job}\t{d.message}" for t, d in result.decisions
+                ]
         if decisions_path is not None:
             try:
                 write_output(
@@ -253,15 +285,19 @@ def register(app: typer.Typer) -> None:
                 raise _fail(str(err)) from None
             out.print(f"wrote {len(decision_lines)} decisions to {decisions_path}")
         if json_path is not None:
-            doc = {
-                "policy": policy,
-                "policy_knobs": knobs,
-                "seed": seed,
-                "hide_remaining": hide_remaining,
-                "rounds_on_events": events,
-                "traces": str(traces_dir),
-                "workloads": report,
-            }
+            docs = [
+                {
+                    "policy": name,
+                    "policy_knobs": knobs if name == "adl" else {},
+                    "seed": seed,
+                    "hide_remaining": hide_remaining,
+                    "rounds_on_events": rounds_on_events(name) and not fixed_rounds,
+                    "traces": str(traces_dir),
+                    "workloads": reports[name],
+                }
+                for name in policies
+            ]
+            doc = {"policies": docs} if several else docs[0]
             try:
                 write_output(json_path, json.dumps(doc, indent=2) + "\n", "--json")
             except ValueError as err:
@@ -270,5 +306,12 @@ def register(app: typer.Typer) -> None:
         if plot is not None:
             from adl.sched.sim.plot import plot_schedules
 
-            plot_schedules(plotted, plot, title=f"GPUs per job under {policy}")
+            plot_schedules(plotted, plot, title=f"GPUs per job under {', '.join(policies)}")
             out.print(f"wrote {plot}")
+        if plot_jct is not None:
+            from adl.sched.sim.plot import plot_jct_cdf
+
+            plot_jct_cdf(
+                list(by_workload.items()), plot_jct, title="Job completion times, per policy"
+            )
+            out.print(f"wrote {plot_jct}")

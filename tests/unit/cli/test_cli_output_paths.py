@@ -1,5 +1,5 @@
-"""Output paths (``--json``, ``--plot``, ``crd -o``) are checked before the work: one error
-line and exit 2, not a traceback after minutes of replay or a whole demo."""
+"""Output paths (``--json``, ``--plot``, ``--plot-jct``, ``crd -o``) are checked before the
+work: one error line and exit 2, not a traceback after minutes of replay or a whole demo."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from adl.cli.main import app
     [
         ["simulate", "{wl}", "-p", "fifo", "--traces", str(TRACES), "--json", "{out}"],
         ["simulate", "{wl}", "-p", "fifo", "--traces", str(TRACES), "--plot", "{out}.png"],
+        ["simulate", "{wl}", "-p", "fifo", "--traces", str(TRACES), "--plot-jct", "{out}.png"],
         ["demo", "--timeout", "1", "--home", "{tmp}/demo-home", "--json", "{out}"],
         ["crd", "-o", "{tmp}/ok.yaml", "-o", "{out}"],
     ],

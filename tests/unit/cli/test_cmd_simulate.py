@@ -68,6 +68,75 @@ def test_json_fields_and_plot_png(tmp_path: Path) -> None:
     assert png.stat().st_size > 5000
 
 
+def test_several_policies_and_the_jct_distribution_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import adl.sched.sim.plot as plot
+
+    small_workload(tmp_path / "workload-1.csv")
+    small_workload(tmp_path / "workload-2.csv", offset=600)
+    drawn: list[list[list[str]]] = []  # per figure, per panel: the labels of its lines
+    figure = plot.jct_cdf_figure
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        fig = figure(*args, **kwargs)
+        drawn.append([[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes])
+        return fig
+
+    monkeypatch.setattr(plot, "jct_cdf_figure", recording)
+    out, jct_png, gpus_png = tmp_path / "out.json", tmp_path / "jct.png", tmp_path / "gpus.png"
+    res = invoke(
+        str(tmp_path),
+        "-p",
+        "fifo,tiresias",
+        "--traces",
+        str(TRACES),
+        "--json",
+        str(out),
+        "--plot-jct",
+        str(jct_png),
+        "--plot",
+        str(gpus_png),
+    )
+    assert res.exit_code == 0, res.output
+    for workload in ("workload-1", "workload-2"):
+        for policy in ("fifo", "tiresias"):
+            assert f"{workload} under {policy}" in res.output
+    docs = json.loads(out.read_text())["policies"]
+    assert [d["policy"] for d in docs] == ["fifo", "tiresias"]
+    assert all(list(d["workloads"]) == ["workload-1", "workload-2"] for d in docs)
+    assert all(d["rounds_on_events"] is False and d["policy_knobs"] == {} for d in docs)
+    # one panel per workload, one line per policy in it
+    assert len(drawn) == 1 and len(drawn[0]) == 2
+    assert all(
+        [label.split(":")[0] for label in panel] == ["fifo", "tiresias"] for panel in drawn[0]
+    )
+    for png in (jct_png, gpus_png):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_policy_knobs_reach_adl_alone_among_several_policies(tmp_path: Path) -> None:
+    wl = small_workload(tmp_path / "small.csv", apps=("ncf",))
+    out = tmp_path / "out.json"
+    res = invoke(
+        str(wl),
+        "-p",
+        "adl,fifo",
+        "--traces",
+        str(TRACES),
+        "--json",
+        str(out),
+        "--policy-knob",
+        "fairness=0",
+    )
+    assert res.exit_code == 0, res.output
+    docs = json.loads(out.read_text())["policies"]
+    assert [(d["policy"], d["policy_knobs"]) for d in docs] == [
+        ("adl", {"fairness": 0.0}),
+        ("fifo", {}),
+    ]
+
+
 def test_directory_replays_every_workload(tmp_path: Path) -> None:
     small_workload(tmp_path / "workload-1.csv")
     small_workload(tmp_path / "workload-2.csv", offset=600)
@@ -153,6 +222,10 @@ def test_baselines_are_replayed_with_fixed_rounds(tmp_path: Path) -> None:
         (["{wl}", "--policy-knob", "ramp_factor=0.5"], "ramp_factor must be in [1, inf)"),
         (["{wl}", "-p", "fifo", "--policy-knob", "fairness=0"], "adl policy only"),
         (["{wl}", "-p", "fifo", "--plot", "{tmp}/x.txt"], "cannot write txt"),
+        (["{wl}", "-p", "fifo", "--plot-jct", "{tmp}/x.txt"], "--plot-jct"),
+        (["{wl}", "-p", "fifo,gavel"], "unknown policy 'gavel'"),
+        (["{wl}", "-p", "fifo,tiresias,fifo"], "a policy is named twice"),
+        (["{wl}", "-p", "adl,fifo", "--decisions", "{tmp}/d.tsv"], "--decisions takes one policy"),
         (["{tmp}/empty.csv", "-p", "fifo"], "empty.csv: no jobs"),
         (["{tmp}/short.csv", "-p", "fifo"], "short.csv: missing column(s) batch_size"),
         (["{tmp}/nan.csv", "-p", "fifo"], "nan.csv:2: time 'soon' is not a number"),
