@@ -53,6 +53,11 @@ ENV_MASTER_PORT = "ADL_MASTER_PORT"
 ENV_CHECKPOINT_DIR = "ADL_CHECKPOINT_DIR"
 ENV_API_URL = "ADL_API_URL"
 ENV_TOKEN_FILE = "ADL_TOKEN_FILE"
+#: The wall time (Unix seconds) since which the job has held its GPUs without a break: the
+#: start of this group after a suspend or a wait for GPUs, else that of an earlier group this
+#: one replaces in a resize or restart. What a restart costs is never measured across a pause
+#: before it (``adl.client_lib.restart_cost``).
+ENV_SCHEDULED_SINCE = "ADL_SCHEDULED_SINCE"
 
 #: Every variable the controller stamps on a worker; nothing else tells a worker its place.
 WORKER_ENV_VARS = (
@@ -69,6 +74,7 @@ WORKER_ENV_VARS = (
     ENV_CHECKPOINT_DIR,
     ENV_API_URL,
     ENV_TOKEN_FILE,
+    ENV_SCHEDULED_SINCE,
 )
 
 # Optional knobs a worker reads (set by the user, never by the controller).

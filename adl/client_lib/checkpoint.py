@@ -234,8 +234,17 @@ def load(directory: Path | None) -> dict[str, Any] | None:
 def load_timed(directory: Path | None) -> tuple[dict[str, Any] | None, float | None]:
     """The states of the last checkpoint and the wall time its save began (None: no
     checkpoint, or one written before that was stored)."""
+    states, saved_at, _ = load_with_times(directory)
+    return states, saved_at
+
+
+def load_with_times(
+    directory: Path | None,
+) -> tuple[dict[str, Any] | None, float | None, float | None]:
+    """``load_timed``, plus the wall time the restored checkpoint's save ended (its file's
+    modification time; None without a checkpoint)."""
     if directory is None:
-        return None, None
+        return None, None, None
     directory = Path(directory)
     if directory.is_dir():  # a save killed half-way left a (large) temporary: free it now
         _remove_stale_temporaries(directory)
@@ -252,10 +261,14 @@ def load_timed(directory: Path | None) -> tuple[dict[str, Any] | None, float | N
         if first is not None:
             log.warning("restoring the previous checkpoint %s: the last one is unusable", path)
         log.info("restoring checkpoint %s (%s)", path, ", ".join(sorted(states)))
-        return states, saved_at
+        try:
+            saved_until: float | None = path.stat().st_mtime
+        except OSError:
+            saved_until = None
+        return states, saved_at, saved_until
     if first is not None:
         raise first
-    return None, None
+    return None, None, None
 
 
 def _load_verified(path: Path) -> tuple[dict[str, Any], float | None]:

@@ -40,6 +40,8 @@ class WorkerEnv:
     checkpoint_dir: Path | None = None
     api_url: str | None = None
     token_file: Path | None = None
+    #: wall time since which the job has held GPUs without a break (``ADL_SCHEDULED_SINCE``)
+    scheduled_since: float | None = None
 
     @property
     def standalone(self) -> bool:
@@ -86,6 +88,12 @@ class JobContext:
         # same on every rank, unlike this replica's share at the uneven tail of an epoch).
         self.feeding_loader: Any | None = None
         self.global_micro_batch: int | None = None
+        # ... and this replica's share of it: the batch size of the step, which the tensors'
+        # dim 0 is not for a sequence-first layout ([seq, batch], as RNN language models take).
+        self.local_micro_batch: int | None = None
+        # The loader whose batches train (claimed by AdaptiveDataParallel at the first training
+        # step): its batch configuration is the job's, not that of a validation loader run last.
+        self.training_loader: Any | None = None
         # (id, offset) of every AdaptiveDataLoader whose batch is in the user's hands, outermost
         # first: what a metric created inside a loop body is scoped to (adl.client_lib.accumulator).
         self.feeding_path: tuple[tuple[int, int], ...] = ()

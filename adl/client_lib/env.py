@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import ipaddress
 import logging
+import math
 import os
 import socket
 from collections.abc import Mapping
@@ -40,6 +41,16 @@ def _path(environ: Mapping[str, str], key: str) -> Path | None:
     return Path(raw) if raw else None
 
 
+def _time(environ: Mapping[str, str], key: str) -> float | None:
+    """A wall time in Unix seconds; None when unset or unreadable (it only refines a
+    measurement: a bad value must not stop the job)."""
+    try:
+        value = float(environ.get(key) or "nan")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def read_worker_env(environ: Mapping[str, str] | None = None) -> WorkerEnv:
     """Parse the ``ADL_*`` variables of the worker contract; all absent means standalone."""
     e = os.environ if environ is None else environ
@@ -60,6 +71,7 @@ def read_worker_env(environ: Mapping[str, str] | None = None) -> WorkerEnv:
         checkpoint_dir=_path(e, C.ENV_CHECKPOINT_DIR),
         api_url=e.get(C.ENV_API_URL) or None,
         token_file=_path(e, C.ENV_TOKEN_FILE),
+        scheduled_since=_time(e, C.ENV_SCHEDULED_SINCE),
     )
     _validate(env)
     return env
@@ -180,10 +192,11 @@ def init_process_group(
         stop_group = dist.new_group(backend="gloo")
         cpu_group = dist.new_group(backend="gloo")
         log.info("joined job %s as rank %d/%d", env.job, env.rank, env.world_size)
-    restored, saved_at = checkpoint.load_timed(env.checkpoint_dir)
+    restored, saved_at, saved_until = checkpoint.load_with_times(env.checkpoint_dir)
     ctx = JobContext(env, restored)
+    ctx.restart.scheduled(env.scheduled_since)
     if restored is not None:
-        ctx.restart.restored(saved_at)
+        ctx.restart.restored(saved_at, saved_until)
     ctx.cpu_group = cpu_group
     ctx.preemption = PreemptionMonitor.from_env(env, group=stop_group, environ=e)
     ctx.preemption.install()

@@ -8,7 +8,11 @@ on a cluster (minutes). Without a measurement the scheduler assumes 30 s, which 
 short job look worthless; so the library measures it and reports it with the hints:
 
 - after a restore: from the moment the checkpoint's save began (a wall-clock time stored in the
-  checkpoint) to this process's first training step;
+  checkpoint) to this process's first training step. When the job held no GPUs for a while
+  after that save (it was suspended, or stopped to wait for GPUs), that pause is no restart
+  cost: the save's own duration (until its file was written) is counted, then the time from
+  the moment the job was given GPUs again (``ADL_SCHEDULED_SINCE``, stamped by the
+  controller) to the first step;
 - before the job has ever restarted: this process's own start-up (process start to first
   training step), plus the time its last checkpoint took to save, if it saved one: what a
   restart would cost, minus the wait for the old processes to exit.
@@ -48,13 +52,21 @@ class RestartClock:
         self._clock = clock
         self._started = started if started is not None else process_start_time()
         self._restored_from: float | None = None  # the restored checkpoint's save start
+        self._restored_until: float | None = None  # ... and the end of that save
+        self._scheduled_since: float | None = None  # the job holds GPUs since (no break)
         self._first_step: float | None = None
         self._save_s: float | None = None
         self._saving: float | None = None
 
-    def restored(self, saved_at: float | None) -> None:
-        """A checkpoint whose save began at ``saved_at`` was restored into this process."""
+    def restored(self, saved_at: float | None, saved_until: float | None = None) -> None:
+        """A checkpoint whose save began at ``saved_at`` (and ended at ``saved_until``, when
+        known) was restored into this process."""
         self._restored_from = saved_at
+        self._restored_until = saved_until
+
+    def scheduled(self, since: float | None) -> None:
+        """The job has held GPUs without a break since ``since`` (wall clock; None: unknown)."""
+        self._scheduled_since = since
 
     def training(self) -> None:
         """A training step starts (only the first one counts)."""
@@ -76,7 +88,15 @@ class RestartClock:
         if self._first_step is None:
             return None
         if self._restored_from is not None and self._restored_from <= self._first_step:
-            return self._first_step - self._restored_from
+            resumed = self._scheduled_since
+            if resumed is None or resumed <= self._restored_from:
+                return self._first_step - self._restored_from
+            # Between the save and ``resumed`` the job held no GPUs (suspended, or queued):
+            # count the save itself, then only what followed the new start.
+            until = self._restored_until
+            save_s = until - self._restored_from if until is not None else 0.0
+            save_s = min(max(save_s, 0.0), resumed - self._restored_from)
+            return save_s + max(self._first_step - resumed, 0.0)
         if self._started is None or self._started > self._first_step:
             return None
         return self._first_step - self._started + (self._save_s or 0.0)

@@ -27,10 +27,13 @@ class CreateGroup:
     group: int
     allocation: tuple[str, ...]
     ranks: tuple[int, ...]
+    #: the wall time (Unix seconds) since which the job has held GPUs without a break: this
+    #: group's start after a suspend or a wait for GPUs, else the start of the group it replaces
+    scheduled_since: float | None = None
 
     def env(self, rank: int, site: WorkerSite) -> dict[str, str]:
         """The ADL_* environment of one replica (identical on every backend)."""
-        return worker_env(self.job, self.group, self.allocation, rank, site)
+        return worker_env(self.job, self.group, self.allocation, rank, site, self.scheduled_since)
 
 
 @dataclass(frozen=True)

@@ -47,11 +47,17 @@ def replica_placement(allocation: Sequence[str]) -> list[tuple[int, int, int]]:
 
 
 def worker_env(
-    job: str, group: int, allocation: Sequence[str], rank: int, site: WorkerSite
+    job: str,
+    group: int,
+    allocation: Sequence[str],
+    rank: int,
+    site: WorkerSite,
+    scheduled_since: float | None = None,
 ) -> dict[str, str]:
     """The ADL_* variables of replica ``rank`` of ``group`` (``job`` is ``namespace/name``), and
     the torchrun ones (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-    ``MASTER_ADDR``, ``MASTER_PORT``) with the same values."""
+    ``MASTER_ADDR``, ``MASTER_PORT``) with the same values. ``scheduled_since``: the wall time
+    since which the job has held GPUs without a break (``ADL_SCHEDULED_SINCE``), when known."""
     placement = replica_placement(allocation)
     if not 0 <= rank < len(placement):
         raise ValueError(f"rank {rank} outside a group of {len(placement)} replicas")
@@ -73,6 +79,8 @@ def worker_env(
         env[C.ENV_API_URL] = site.api_url
     if site.token_file:
         env[C.ENV_TOKEN_FILE] = site.token_file
+    if scheduled_since is not None:
+        env[C.ENV_SCHEDULED_SINCE] = f"{scheduled_since:.3f}"
     # scripts written for torchrun (and init_method="env://") read these names
     env.update(C.torch_env(env))
     return env

@@ -20,6 +20,7 @@ with Suspended reachable from any unfinished phase.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -213,6 +214,18 @@ def starting_message(group: int, allocation: Sequence[str]) -> str:
     return f"group {group}: {len(allocation)} replicas on {len(node_slots(allocation))} nodes"
 
 
+def scheduled_since(status: AdaptiveJobStatus, now: datetime) -> float:
+    """The wall time (Unix seconds) since which the job has held GPUs without a break, as a
+    group started ``now`` sees it: the ``Scheduled`` condition's transition while it is True
+    (a group replacing one stopped for a resize or a restart), else ``now`` (a first start, a
+    resume, a start after a wait for GPUs). A worker's restart cost starts there at the
+    earliest, so the time the job spent suspended or queued is not counted as one."""
+    held = next((c for c in status.conditions if c.type == "Scheduled"), None)
+    if held is not None and held.status == "True" and held.last_transition_time is not None:
+        return held.last_transition_time.timestamp()
+    return now.timestamp()
+
+
 def _start_group(s: _Step) -> None:
     st = s.status
     desired = s.desired or []
@@ -237,7 +250,9 @@ def _start_group(s: _Step) -> None:
     if st.start_time is None:
         st.start_time = s.now
     s.phase(Phase.STARTING, "Starting", starting_message(st.group, desired))
-    s.actions.append(CreateGroup(s.job, st.group, tuple(desired), tuple(range(len(desired)))))
+    since = scheduled_since(s.before, s.now)
+    ranks = tuple(range(len(desired)))
+    s.actions.append(CreateGroup(s.job, st.group, tuple(desired), ranks, since))
 
 
 def _restart(
@@ -288,6 +303,8 @@ def _stopped_after_work_done(st: AdaptiveJobStatus, current: Sequence[ReplicaSta
 
 #: the condition a stop that had to checkpoint leaves behind (``adl describe`` shows it)
 CHECKPOINTED = "Checkpointed"
+#: its reason (and the event's) when the group was stopped before it could checkpoint at all
+NOTHING_TO_CHECKPOINT = "NothingToCheckpoint"
 
 
 def _record_stop(s: _Step, current: Sequence[ReplicaState]) -> None:
@@ -295,15 +312,22 @@ def _record_stop(s: _Step, current: Sequence[ReplicaState]) -> None:
     one whose replica exits non-zero (rank 0 hit ENOSPC while saving, or was killed past its
     grace period) did not, and the next group resumes from an older checkpoint. Say so with a
     Warning event and a False ``Checkpointed`` condition, once per failed group (the step is
-    level-triggered, so the condition is also what remembers it was said). A failure restart
-    (``restartAfter`` set) is not a checkpointing stop: its crash was reported already."""
+    level-triggered, so the condition is also what remembers it was said). A rank that the
+    stop's SIGTERM itself killed had not installed adl's handler yet (it was still importing):
+    it had nothing to checkpoint, which a Normal ``NothingToCheckpoint`` event says instead. A
+    failure restart (``restartAfter`` set) is not a checkpointing stop: its crash was reported
+    already."""
     st = s.status
     stopping = s.spec.suspend or (st.phase == Phase.RESTARTING and st.restart_after is None)
     if not stopping or not current or st.group == 0:
         return
     old = next((c for c in st.conditions if c.type == CHECKPOINTED), None)
-    failed = next((r for r in current if r.phase == ReplicaPhase.FAILED), None)
-    if failed is None:
+    failures = [r for r in current if r.phase == ReplicaPhase.FAILED]
+    # killed by the stop's own SIGTERM: the rank had not installed adl's handler yet (it was
+    # still importing), so it had trained nothing since its start and had nothing to save
+    early = [r for r in failures if r.exit_code == -signal.SIGTERM]
+    failed = next((r for r in failures if r not in early), None)
+    if not failures:
         if old is not None and old.status == "False" and not any(r.present for r in current):
             set_condition(
                 st, CHECKPOINTED, True, "Stopped", f"group {st.group} checkpointed", s.now
@@ -311,15 +335,28 @@ def _record_stop(s: _Step, current: Sequence[ReplicaState]) -> None:
         return
     why = {"Resizing": " for a resize", "Preempted": " for a preemption"}.get(st.reason, "")
     what = " for a suspend" if s.spec.suspend else why
-    exit_text = failed.message or f"rank {failed.rank} exited {failed.exit_code}"
-    message = (
-        f"group {st.group}: {exit_text} while being stopped{what}, so its checkpoint may not "
-        "have been written (disk full?); the next group resumes from the last good checkpoint"
-    )
+    if failed is None:
+        ranks = ", ".join(str(r.rank) for r in early)
+        message = (
+            f"group {st.group}: rank{'s' if len(early) > 1 else ''} {ranks} stopped{what} "
+            "before it installed adl's SIGTERM handler (it was still starting up), so there was "
+            "nothing to checkpoint; the next group resumes from the last checkpoint"
+        )
+        reason, kind = NOTHING_TO_CHECKPOINT, "Normal"
+    else:
+        exit_text = failed.message or f"rank {failed.rank} exited {failed.exit_code}"
+        # a non-zero exit while saving is most often a failed write; a kill, its grace expiring
+        hint = "disk full?" if (failed.exit_code or 0) > 0 else "a save longer than its grace?"
+        message = (
+            f"group {st.group}: {exit_text} while being stopped{what}, so its checkpoint may "
+            f"not have been written ({hint}); the next group resumes from the last good "
+            "checkpoint"
+        )
+        reason, kind = "CheckpointFailed", "Warning"
     if old is not None and old.status == "False" and old.message == message:
         return
-    set_condition(st, CHECKPOINTED, False, "CheckpointFailed", message, s.now)
-    s.event("Warning", "CheckpointFailed", message)
+    set_condition(st, CHECKPOINTED, False, reason, message, s.now)
+    s.event(kind, reason, message)
 
 
 def _active(s: _Step, current: list[ReplicaState]) -> None:
@@ -378,7 +415,8 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
         _restart(s, current, RestartCause.FAILURE, why, f"{text}: {r.message}".rstrip(": "))
         return
     if missing:  # Starting, and the backend stopped half-way through the launch
-        s.actions.append(CreateGroup(s.job, st.group, tuple(st.allocation), missing))
+        since = scheduled_since(s.before, s.now)
+        s.actions.append(CreateGroup(s.job, st.group, tuple(st.allocation), missing, since))
     st.ready_replicas = sum(1 for r in current if r.phase == ReplicaPhase.RUNNING and r.ready)
     if st.phase != Phase.STARTING:
         return

@@ -257,7 +257,9 @@ class KubeBackend:
         slots = P.node_slots(alloc)
         for index in pod_indices(alloc, action.ranks):
             node, count = slots[index]
-            env = P.worker_env(ref, action.group, alloc, index, self.config.api_url)
+            env = P.worker_env(
+                ref, action.group, alloc, index, self.config.api_url, action.scheduled_since
+            )
             try:
                 manifest = P.build_pod(
                     ref,

@@ -323,9 +323,15 @@ def worker_site(job: JobRef, group: int, api_url: str) -> WorkerSite:
 
 
 def worker_env(
-    job: JobRef, group: int, allocation: list[str], index: int, api_url: str
+    job: JobRef,
+    group: int,
+    allocation: list[str],
+    index: int,
+    api_url: str,
+    scheduled_since: float | None = None,
 ) -> dict[str, str]:
     """Environment of pod ``index``: the controller's env of the pod's first replica (the same
     builder the local backend uses); the launcher derives each process's rank from it."""
     first_rank = rank_offsets(allocation)[index]
-    return env_of_replica(job.key, group, allocation, first_rank, worker_site(job, group, api_url))
+    site = worker_site(job, group, api_url)
+    return env_of_replica(job.key, group, allocation, first_rank, site, scheduled_since)

@@ -183,3 +183,33 @@ def test_an_unfinished_job_stopped_from_outside_still_restarts() -> None:
 def test_a_finished_job_whose_replica_crashes_on_exit_is_not_a_success() -> None:
     st, _ = _drive(_spec(), _running(hints=DONE), _exited(1, 1, 143), TWO)
     assert st.phase == Phase.RESTARTING and st.restarts == {RestartCause.FAILURE: 1}
+
+
+def _events(actions: list[Action]) -> list[EmitEvent]:
+    return [a for a in actions if isinstance(a, EmitEvent)]
+
+
+def test_a_rank_stopped_while_still_importing_had_nothing_to_checkpoint() -> None:
+    """Killed by the stop's SIGTERM itself (-15: adl's handler was not installed yet, the
+    worker was still importing): no "CheckpointFailed ... disk full?", but a plain note that
+    there was nothing to checkpoint, once."""
+    sp = _spec()
+    st, _ = _drive(sp, _running(), _alive(1, 2), THREE)
+    st, acts = _drive(sp, st, _exited(1, -15, -15), THREE)
+    assert not _warnings(acts, "CheckpointFailed")
+    assert not any("disk full" in e.message for e in _events(acts))
+    (note,) = [e for e in _events(acts) if e.reason == "NothingToCheckpoint"]
+    assert note.type == "Normal"
+    assert "nothing to checkpoint" in note.message and "ranks 0, 1" in note.message
+    cond = _condition(st, "Checkpointed")
+    assert cond is not None and cond[1] == "NothingToCheckpoint"
+    st, acts = _drive(sp, st, _exited(1, -15, -15), THREE)
+    assert not [e for e in _events(acts) if e.reason == "NothingToCheckpoint"]
+
+
+def test_a_failed_write_beside_a_rank_stopped_while_importing_is_still_reported() -> None:
+    sp = _spec(suspend=True)
+    st, _ = _drive(sp, _running(), _alive(1, 2), TWO)
+    st, acts = _drive(sp, st, _exited(1, 1, -15), TWO)
+    (warning,) = _warnings(acts, "CheckpointFailed")
+    assert "rank 0 exited 1" in warning.message and "disk full?" in warning.message

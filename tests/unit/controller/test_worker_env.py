@@ -12,8 +12,9 @@ SITE = WorkerSite("10.0.0.5", 29500, "/ckpt/ns/job", "http://api:8080", "/var/ru
 
 
 def test_every_contract_variable_is_set() -> None:
-    env = worker_env("ns/job", 4, ["a", "a", "b"], 0, SITE)
+    env = worker_env("ns/job", 4, ["a", "a", "b"], 0, SITE, scheduled_since=1714564800.25)
     assert set(env) == set(ENV_VARS) | set(TORCH_ENV_VARS)
+    assert env["ADL_SCHEDULED_SINCE"] == "1714564800.250"
     assert env["ADL_JOB"] == "ns/job" and env["ADL_GROUP"] == "4"
     assert env["ADL_MASTER_ADDR"] == "10.0.0.5" and env["ADL_MASTER_PORT"] == "29500"
     assert env["ADL_CHECKPOINT_DIR"] == "/ckpt/ns/job"
