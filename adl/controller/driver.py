@@ -69,8 +69,11 @@ class Driver:
         on_round: Callable[[RoundResult], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         completed: CompletedWork | None = None,
+        unit: str = "GPU",
     ) -> None:
         self.backend = backend
+        #: what the backend's nodes hand out, as the decisions name it (``slot``: CPU slots)
+        self.unit = unit
         self.policy = policy
         self.timing = timing or Timing()
         self.speedups = SpeedupCache()
@@ -94,7 +97,7 @@ class Driver:
         jobs = self._accrue(list(self.backend.round_jobs()))
         nodes = list(self.backend.round_nodes())
         self.completed.record(jobs)
-        result = run_round(self.policy, jobs, nodes, now, self.speedups, self.completed)
+        result = run_round(self.policy, jobs, nodes, now, self.speedups, self.completed, self.unit)
         self.rounds.add(result)
         if self.on_round is not None:
             self.on_round(result)

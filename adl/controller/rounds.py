@@ -295,10 +295,12 @@ def plan_round(
     now: datetime,
     speedups: SpeedupCache | None = None,
     completed: CompletedWork | None = None,
+    unit: str = "GPU",
 ) -> RoundResult:
     """Ask the policy for a new allocation of all participating jobs (oldest first). Pass the
     same ``speedups`` cache every round to keep the policy's per-job work warm, and the
     driver's ``completed`` work to predict the remaining work of jobs of undeclared length.
+    ``unit`` names what the nodes hand out in the decisions' text (``slot`` for CPU slots).
 
     One job cannot fail the round for the others: a job whose view cannot be built, whose
     speedup function raises or answers no number, or with which the policy raises even on its
@@ -354,6 +356,7 @@ def plan_round(
         free_after=max(total - held_after, 0),
         predictions_used=isinstance(policy, RanksByPredictedRemaining)
         and policy.ranks_by_predicted_remaining(),
+        unit=unit,
     )
     return RoundResult(allocation, changed, len(infos), decisions=decisions, faults=faults)
 
@@ -370,10 +373,11 @@ def run_round(
     now: datetime,
     speedups: SpeedupCache | None = None,
     completed: CompletedWork | None = None,
+    unit: str = "GPU",
 ) -> RoundResult:
     """``plan_round`` timed with a monotonic clock (the only impure part of the round)."""
     t0 = time.perf_counter()
-    result = plan_round(policy, jobs, nodes, now, speedups, completed)
+    result = plan_round(policy, jobs, nodes, now, speedups, completed, unit)
     return replace(result, duration_s=time.perf_counter() - t0)
 
 

@@ -93,7 +93,12 @@ class Daemon:
         # command alone
         completed = CompletedWork(images=False)
         self.driver = Driver(
-            self, policy, settings.timing, on_round=self._on_round, completed=completed
+            self,
+            policy,
+            settings.timing,
+            on_round=self._on_round,
+            completed=completed,
+            unit="GPU" if settings.gpus else "slot",  # the decisions' word for a slot
         )
         self.rounds = self.driver.rounds
         self._revs: dict[str, int] = {}

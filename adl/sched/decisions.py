@@ -41,6 +41,12 @@ class Decision:
     #: left waiting is told: GPUs counted before the round may be gone by its end)
     free_after: int | None = None
     min_gpus: int = 1
+    #: what the cluster hands out: ``GPU``, or ``slot`` on the local backend's CPU slots
+    unit: str = "GPU"
+
+    def _count(self, n: int) -> str:
+        """``1 GPU``, ``3 GPUs`` (``3 slots`` on CPU slots)."""
+        return f"{n} {self.unit}{'' if n == 1 else 's'}"
 
     @property
     def kind(self) -> str:
@@ -63,10 +69,12 @@ class Decision:
         if kind == "queued":
             free = self.free_gpus if self.free_after is None else self.free_after
             if not free:
-                return "waiting: no GPUs free"
+                return f"waiting: no {self.unit}s free"
             if free < self.min_gpus:
-                return f"waiting: {free} GPUs free, too few for its minimum of {self.min_gpus}"
-            return f"waiting: {free} GPUs free, none given to it this round"
+                return (
+                    f"waiting: {self._count(free)} free, too few for its minimum of {self.min_gpus}"
+                )
+            return f"waiting: {self._count(free)} free, none given to it this round"
         sizes = f"{kind} {a} -> {b}"
         if kind == "started":
             sizes = f"started with {b} replica{'s' if b != 1 else ''}"
@@ -83,11 +91,11 @@ class Decision:
         if not self.reported and kind in ("started", "grew"):
             parts.append("waiting for its first report (linear scaling assumed)")
         if self.took_from:
-            parts.append("GPUs from " + ", ".join(self.took_from))
+            parts.append(f"{self.unit}s from " + ", ".join(self.took_from))
         elif kind in ("started", "grew") and self.free_gpus:
-            parts.append(f"{self.free_gpus} GPUs free")
+            parts.append(f"{self._count(self.free_gpus)} free")
         if self.gave_to:
-            parts.append("GPUs to " + ", ".join(self.gave_to))
+            parts.append(f"{self.unit}s to " + ", ".join(self.gave_to))
         if self.priority:
             parts.append(f"priority {self.priority}")
         if self.predicted_from and kind != "stopped":
@@ -128,12 +136,14 @@ def explain(
     limit: int = 3,
     free_after: int | None = None,
     predictions_used: bool = True,
+    unit: str = "GPU",
 ) -> dict[str, Decision]:
     """A ``Decision`` for every job in ``changed`` (its new answer) against ``previous`` (what
     it held). Jobs that gave GPUs back because they finished or were suspended (absent from
     ``infos``) are left out: their own phase says why. ``free_gpus`` are the GPUs free before
     the round, ``free_after`` those left free by its answer; ``predictions_used`` says whether
-    the policy ranked jobs by predicted remaining work (else no decision names a prediction)."""
+    the policy ranked jobs by predicted remaining work (else no decision names a prediction);
+    ``unit`` is what the nodes hand out (``GPU``, or ``slot`` for CPU slots)."""
     grew = [k for k, v in changed.items() if len(v) > len(previous.get(k, []))]
     shrank = [k for k, v in changed.items() if len(v) < len(previous.get(k, []))]
     out: dict[str, Decision] = {}
@@ -164,5 +174,6 @@ def explain(
             predicted_kind=info.kind if predictions_used and _predicted_from(info) else "",
             free_after=free_after,
             min_gpus=max(info.min_replicas, 1) * max(info.gpus_per_replica, 1),
+            unit=unit,
         )
     return out

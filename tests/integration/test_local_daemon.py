@@ -43,7 +43,8 @@ def test_describe_says_why_the_allocation_changed(daemon_factory, backend, home)
     d._round_due = True
     wait_for(lambda: "grew 1 -> 2" in describe_text(backend.get("a", "default")))
     line = next(e for e in backend.get("a", "default").events if "grew 1 -> 2" in e)
-    assert "Rescheduled" in line and "speedup 1.00 -> 2.00" in line and "GPUs free" in line
+    # CPU slots: the events count slots, not GPUs
+    assert "Rescheduled" in line and "speedup 1.00 -> 2.00" in line and "3 slots free" in line
     backend.delete("a", "default")
 
 

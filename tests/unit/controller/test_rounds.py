@@ -360,5 +360,21 @@ def test_a_job_waits_with_gpus_free_that_are_too_few_for_its_minimum() -> None:
     policy.replicas = {"old": 1, "big": 0}
     result = plan_round(policy, jobs, [NodeInfo("n0", 2)], NOW)
     assert result.decisions["ns/big"].message == (
-        "waiting: 1 GPUs free, too few for its minimum of 2"
+        "waiting: 1 GPU free, too few for its minimum of 2"
     )
+
+
+def test_on_cpu_slots_the_decisions_count_slots_not_gpus() -> None:
+    """The local backend's CPU slots are no GPUs: its events say ``3 slots free``."""
+    jobs = [
+        record("a", age_s=60, spec={"max_replicas": 1}),
+        record("b", age_s=30, spec={"min_replicas": 4, "max_replicas": 4}),
+    ]
+    policy = FixedPolicy()
+    policy.replicas = {"a": 1, "b": 0}
+    slots = plan_round(policy, jobs, [NodeInfo("n0", 4)], NOW, unit="slot")
+    started, waiting = slots.decisions["ns/a"].message, slots.decisions["ns/b"].message
+    assert "4 slots free" in started and "GPU" not in started
+    assert waiting == "waiting: 3 slots free, too few for its minimum of 4"
+    gpus = plan_round(policy, jobs, [NodeInfo("n0", 4)], NOW)  # the default: real GPUs
+    assert "4 GPUs free" in gpus.decisions["ns/a"].message
