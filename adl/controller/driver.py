@@ -42,6 +42,10 @@ log = logging.getLogger("adl.controller")
 #: the condition a job left out of a round carries, and its reason while it is False
 SCHEDULABLE = "Schedulable"
 UNUSABLE = "UnusableHints"
+#: the condition of a job held at its size while GPUs it could grow into stay free (True,
+#: with the policy's reason and message, while that lasts), and the event that says so
+GROWTH_HELD = "GrowthHeld"
+NOT_GROWN = "NotGrown"
 
 
 def execute(backend: WorkerBackend, job: JobRecord, actions: Sequence[Action]) -> None:
@@ -103,17 +107,23 @@ class Driver:
             self.on_round(result)
         if result.changed:
             self.backend.set_desired(result.changed)
-        self._mark_faults(jobs, result)
+        marks = self._mark_faults(jobs, result)
+        marks.update(self._mark_holds(jobs, result, marks))
+        if marks:
+            self.backend.record_conditions(marks)
         for decision in result.decisions.values():
             log.info("%s: %s", decision.job, decision.message)
             self.backend.emit_event(decision.job, EmitEvent("Normal", REASON, decision.message))
         return result
 
-    def _mark_faults(self, jobs: Sequence[JobRecord], result: RoundResult) -> None:
+    def _mark_faults(
+        self, jobs: Sequence[JobRecord], result: RoundResult
+    ) -> dict[str, list[Condition]]:
         """A job the round left out because of its own data gets one Warning event and a
         ``Schedulable=False`` condition saying why (the condition doubles as the memory that
         the warning was given: no event per round, none again after a restart of the
-        backend); once it takes part again the condition turns True."""
+        backend); once it takes part again the condition turns True. Returns the jobs'
+        changed conditions, for ``record_conditions``."""
         marks: dict[str, list[Condition]] = {}
         for job in jobs:
             if job.key not in result.allocation:  # finished or suspended: not in the round
@@ -133,8 +143,39 @@ class Driver:
             else:
                 set_condition(status, SCHEDULABLE, True, "HintsUsable", "", datetime.now(UTC))
             marks[job.key] = status.conditions
-        if marks:
-            self.backend.record_conditions(marks)
+        return marks
+
+    def _mark_holds(
+        self,
+        jobs: Sequence[JobRecord],
+        result: RoundResult,
+        marks: dict[str, list[Condition]],
+    ) -> dict[str, list[Condition]]:
+        """A job the round kept at its size while GPUs it could grow into stayed free gets a
+        ``GrowthHeld`` condition with the policy's reason (``not grown: the remaining 80 s do
+        not repay a 20 s restart``), refreshed while it lasts, and a ``NotGrown`` event when
+        the reason first appears or changes; the condition goes once the job is no longer
+        held. ``marks``: conditions already changed this round (they are built on)."""
+        out: dict[str, list[Condition]] = {}
+        for job in jobs:
+            hold = result.holds.get(job.key)
+            conditions = marks.get(job.key, job.status.conditions)
+            old = next((c for c in conditions if c.type == GROWTH_HELD), None)
+            if hold is None and old is None:
+                continue
+            if hold is not None and old is not None and old.message == hold.message:
+                continue
+            kept = [c for c in conditions if c.type != GROWTH_HELD]
+            if hold is None:
+                out[job.key] = kept
+                continue
+            if old is None or old.reason != hold.cause:
+                log.info("%s: %s", job.key, hold.message)
+                self.backend.emit_event(job.key, EmitEvent("Normal", NOT_GROWN, hold.message))
+            status = job.status.model_copy(update={"conditions": kept})
+            set_condition(status, GROWTH_HELD, True, hold.cause, hold.message, datetime.now(UTC))
+            out[job.key] = status.conditions
+        return out
 
     def _accrue(self, jobs: list[JobRecord]) -> list[JobRecord]:
         """``jobs`` with the GPU-time each ran since the previous round added (least attained

@@ -18,7 +18,7 @@ import numpy as np
 
 from adl.controller.history import CompletedWork, job_kind
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
-from adl.sched.decisions import Decision, explain
+from adl.sched.decisions import Decision, Hold, explain
 from adl.sched.hints import (
     goodput_from_hints,
     min_replicas_from_hints,
@@ -27,6 +27,7 @@ from adl.sched.hints import (
 )
 from adl.sched.types import (
     Allocation,
+    ExplainsHolds,
     JobInfo,
     NodeInfo,
     Policy,
@@ -60,6 +61,9 @@ class RoundResult:
     #: jobs left out of this round because their own data broke it -> why (they keep what
     #: they hold; everyone else was scheduled)
     faults: dict[str, str] = field(default_factory=dict)
+    #: jobs kept at their size, below their maximum, with GPUs free that could grow them ->
+    #: why the policy did not (policies with :class:`ExplainsHolds` only)
+    holds: dict[str, Hold] = field(default_factory=dict)
 
 
 #: The hints fields a speedup function depends on (progress and the like do not change it).
@@ -358,7 +362,28 @@ def plan_round(
         and policy.ranks_by_predicted_remaining(),
         unit=unit,
     )
-    return RoundResult(allocation, changed, len(infos), decisions=decisions, faults=faults)
+    holds = _holds(policy, infos, free_nodes, moving_prev, raw, unit)
+    return RoundResult(
+        allocation, changed, len(infos), decisions=decisions, faults=faults, holds=holds
+    )
+
+
+def _holds(
+    policy: Policy,
+    infos: Sequence[JobInfo],
+    nodes: Sequence[NodeInfo],
+    previous: Mapping[str, list[str]],
+    answer: Mapping[str, list[str]],
+    unit: str,
+) -> dict[str, Hold]:
+    """Why the policy left jobs at their size beside free GPUs, when it can say."""
+    if not isinstance(policy, ExplainsHolds) or not infos:
+        return {}
+    try:
+        holds = policy.explain_holds(infos, nodes, previous, answer)
+    except Exception:  # the explanation of an answer must never cost the answer itself
+        return {}
+    return {k: replace(h, unit=unit) for k, h in holds.items()}
 
 
 def _reported(hints: Hints | None) -> bool:

@@ -177,3 +177,77 @@ def explain(
             unit=unit,
         )
     return out
+
+
+#: why a job was held at its size with GPUs free beside it (``Hold.cause``)
+HELD_AT_CAP = "AtRampCap"
+HELD_NO_FASTER = "NoFaster"
+HELD_RESTART = "RestartNotRepaid"
+HELD_MARGIN = "WithinMargin"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a job that the round left as it was, with GPUs free beside it, was not grown: the
+    policy's own figures for its best growth (``target`` replicas) against staying."""
+
+    job: str
+    replicas: int  # what it holds, and keeps
+    target: int  # the size the policy weighed growing it to
+    cause: str  # one of the HELD_* values
+    speedup_now: float
+    speedup_target: float
+    #: its remaining work at its current speed, seconds
+    remaining_s: float
+    restart_cost_s: float  # the restart cost it measured (or the default, before it did)
+    #: what the policy charged for the growth: the cost x the restarts a growth pays for
+    #: (growing now, giving the GPUs back later), x its churn when it restarted often
+    counted_s: float
+    margin: float  # the change margin (hysteresis) a move must beat staying by
+    cap: int = 0  # the most replicas the policy lets it reach now
+    profiled: int = 0  # the most replicas it has measured
+    restarts: int = 0
+    predicted_from: int = 0  # its remaining work was predicted from this many jobs (0: not)
+    predicted_kind: str = ""
+    unit: str = "GPU"
+
+    @property
+    def message(self) -> str:
+        """One line for ``adl describe``: ``not grown: the remaining 80 s do not repay a 20 s
+        restart (...)``."""
+        if self.cause == HELD_AT_CAP:
+            return (
+                f"not grown: it may use {self.cap} replica{'s' if self.cap != 1 else ''} until "
+                f"it has measured more (it has measured up to {self.profiled})"
+            )
+        if self.cause == HELD_NO_FASTER:
+            return (
+                f"not grown: its speedup at {self.target} replicas ({self.speedup_target:.2f}) "
+                f"is no better than at {self.replicas} ({self.speedup_now:.2f})"
+            )
+        if self.cause == HELD_MARGIN:
+            return (
+                f"not grown: speedup {self.speedup_now:.2f} -> {self.speedup_target:.2f} at "
+                f"{self.target} replicas, less its restart, is within the "
+                f"{self.margin:.0%} change margin"
+            )
+        text = (
+            f"not grown: the remaining {self.remaining_s:.0f} s do not repay a "
+            f"{self.restart_cost_s:.0f} s restart"
+        )
+        why = [
+            f"speedup {self.speedup_now:.2f} -> {self.speedup_target:.2f} at {self.target} replicas"
+        ]
+        if self.counted_s > self.restart_cost_s * 1.01:
+            why.append(
+                f"counted as {self.counted_s:.0f} s: growing now and giving the "
+                f"{self.unit}s back later"
+                + (f", after {self.restarts} restarts" if self.restarts else "")
+            )
+        if self.predicted_from:
+            n = self.predicted_from
+            why.append(
+                f"remaining work predicted from {n} completed job{'s' if n != 1 else ''} of "
+                f"kind {self.predicted_kind}"
+            )
+        return f"{text} ({'; '.join(why)})"

@@ -51,9 +51,17 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
+from adl.sched.decisions import (
+    HELD_AT_CAP,
+    HELD_MARGIN,
+    HELD_NO_FASTER,
+    HELD_RESTART,
+    Hold,
+)
 from adl.sched.knapsack import best_counts
 from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_efficiency import beyond_efficient, efficient_count
@@ -486,6 +494,89 @@ class AdlPolicy:
             if placement:
                 total += self._utility(job, placement)
         return total
+
+    def explain_holds(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous: Mapping[str, list[str]],
+        allocation: Mapping[str, list[str]],
+    ) -> dict[str, Hold]:
+        """:class:`ExplainsHolds`: for each job ``allocation`` keeps as it was, below its
+        maximum, while enough GPUs stay free to grow it, why growing it was worth less than
+        staying: the ramp cap, no faster at a larger size, a restart that the remaining work
+        does not repay, or a gain within the change margin."""
+        gpus = {job.name: max(job.gpus_per_replica, 1) for job in jobs}
+        free = sum(n.gpus for n in nodes) - sum(
+            len(v) * gpus.get(k, 1) for k, v in allocation.items()
+        )
+        held = [
+            job
+            for job in jobs
+            if free >= gpus[job.name]
+            and (kept := list(allocation.get(job.name) or []))
+            and sorted(kept) == sorted(previous.get(job.name) or [])
+            and len(kept) < job.max_replicas
+        ]
+        if not held:
+            return {}
+        names = {job.name for job in held}
+        cluster = Cluster(nodes)
+        out = {}
+        for job in self._prepare(jobs, cluster, previous):
+            if job.info.name in names and job.prev is not None:
+                hold = self._hold(job, free, cluster.max_gpus)
+                if hold is not None:
+                    out[job.info.name] = hold
+        return out
+
+    def _hold(self, job: _Job, free: int, max_gpus: int) -> Hold | None:
+        """Why ``job`` (on its previous placement) was not grown into ``free`` GPUs; None when
+        growing was worth more (the answer left it for another reason: placement, a tier)."""
+        assert job.prev is not None
+        k = self.knobs
+        now = job.prev_replicas
+        per_node = max(max_gpus // job.gpr, 1)
+        s_now = job.table.get(len(job.prev), now, job.cap)
+        stay = self._value(job, len(job.prev), now, False)
+        top = min(job.cap, now + free // job.gpr)
+        info = job.info
+        predicted = 0
+        if info.remaining_s is None and info.expected_remaining_s is not None:
+            predicted = max(info.predicted_from, 0) if k.use_predicted_remaining > 0 else 0
+        facts: dict[str, Any] = {
+            "job": info.name,
+            "replicas": now,
+            "speedup_now": s_now,
+            "remaining_s": job.remaining / max(s_now, 1e-9),
+            "restart_cost_s": max(info.restart_cost_s, 0.0),
+            "counted_s": job.restart_s * k.grow_restarts,
+            "margin": k.change_margin,
+            "cap": job.cap,
+            "profiled": info.max_profiled_replicas,
+            "restarts": info.restarts,
+            "predicted_from": predicted,
+            "predicted_kind": info.kind if predicted else "",
+        }
+        if top <= now:
+            return Hold(target=now + 1, cause=HELD_AT_CAP, speedup_target=s_now, **facts)
+        counts = range(now + 1, top + 1)
+        speedups = {c: job.table.get(-(-c // per_node), c, job.cap) for c in counts}
+        values = {c: self._value(job, -(-c // per_node), c, True) for c in counts}
+        best = max(counts, key=lambda c: (values[c], -c))
+        if values[best] > stay:
+            return None
+        fastest = max(counts, key=lambda c: (speedups[c], -c))
+        if speedups[fastest] <= s_now * (1.0 + 1e-9):
+            return Hold(
+                target=fastest,
+                cause=HELD_NO_FASTER,
+                speedup_target=speedups[fastest],
+                **facts,
+            )
+        # without the hysteresis, would the growth have paid for its restart?
+        cause = HELD_MARGIN if values[best] * (1.0 + k.change_margin) >= stay else HELD_RESTART
+        return Hold(target=best, cause=cause, speedup_target=speedups[best], **facts)
 
     @staticmethod
     def _moved_big_jobs(work: list[_Job], count: int) -> list[str]:
