@@ -335,8 +335,10 @@ class AdaptiveDataLoader:
                 config = (int(buf[0]), int(buf[1]))
             self._config = config
         self._restored_world = ctx.world_size
-        ctx.local_bsz, ctx.accum_steps = self._current_config()
-        self._log_config(before)
+        if ctx.training_loader is None or ctx.training_loader is self:
+            # another loader's batch (validation) is neither the job's nor worth a log line
+            ctx.local_bsz, ctx.accum_steps = self._current_config()
+            self._log_config(before)
 
     def _log_config(self, before: tuple[int, int, int] | None) -> None:
         """One INFO line on rank 0 when the batch configuration (and with it the LR) changes.
@@ -450,7 +452,8 @@ class AdaptiveDataLoader:
         last = len(plan) - 1
         # a loader iterated inside another's loop (validation in a training step) hands the
         # outer loader's counts back when it is done: the step's forward needs them
-        outer = ctx.feeding_loader, ctx.global_micro_batch, ctx.feeding_path
+        outer = ctx.feeding_loader, ctx.global_micro_batch, ctx.local_micro_batch, ctx.feeding_path
+        rank = ctx.rank
         try:
             for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
                 if i % per_step == 0 and monitor is not None and monitor.poll():
@@ -460,10 +463,16 @@ class AdaptiveDataLoader:
                 # the step) or after a ``break`` must not replay this batch.
                 self._offset = mb.offset + mb.size
                 ctx.feeding_loader, ctx.global_micro_batch = self, mb.size
-                ctx.feeding_path = (*outer[2], (id(self), mb.offset))
+                ctx.local_micro_batch = mb.shares[rank]
+                ctx.feeding_path = (*outer[3], (id(self), mb.offset))
                 yield batch
         finally:
-            ctx.feeding_loader, ctx.global_micro_batch, ctx.feeding_path = outer
+            (
+                ctx.feeding_loader,
+                ctx.global_micro_batch,
+                ctx.local_micro_batch,
+                ctx.feeding_path,
+            ) = outer
             self._iter_len = None
         self._offset = size  # the epoch is done (a dropped tail counts as done)
         self._passed_here = True

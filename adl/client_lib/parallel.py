@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -283,10 +284,9 @@ class AdaptiveDataParallel(nn.Module):
             self._start_cycle()
         elif self._micro == 1 and self._stats.measure:
             self._stats.capture_first_micro()
-        bsz = _first_batch_dim(args, kwargs) or int(_ctx_attr(self._ctx, "local_bsz", 0)) or 1
-        if self._cycle_bsz is None:
-            self._cycle_bsz = bsz
         self._count_loader_samples()
+        if self._cycle_bsz is None:
+            self._cycle_bsz = self._micro_batch_size(args, kwargs)
         if self._restart is not None:
             self._restart.training()  # the restart (if any) is over: training again
             self._restart = None  # only the first step counts
@@ -313,6 +313,16 @@ class AdaptiveDataParallel(nn.Module):
         """The last micro-step of an optimizer step: its backward reduces the gradients."""
         return self.module(*args, **kwargs)
 
+    def _micro_batch_size(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        """This replica's samples in the micro-batch now starting: the data loader's count when
+        it handed the batch out (dim 0 of a sequence-first ``[seq, batch]`` tensor is not the
+        batch), else dim 0 of the first tensor argument (a loop without the adaptive loader)."""
+        if self._cycle_samples is not None:  # counted by the loader (see _count_loader_samples)
+            share = _ctx_attr(_context() or self._ctx, "local_micro_batch", None)
+            if share:
+                return int(share)
+        return _first_batch_dim(args, kwargs) or int(_ctx_attr(self._ctx, "local_bsz", 0)) or 1
+
     def _count_loader_samples(self) -> None:
         """Take the job-wide size of this micro-batch from the data loader that handed it out.
 
@@ -334,6 +344,8 @@ class AdaptiveDataParallel(nn.Module):
         if not self._loader_claimed:
             self._loader_claimed = True
             ctx.init_batch_size, ctx.dataset_size = int(loader.batch_size), len(loader.dataset)
+            ctx.training_loader = loader
+            ctx.local_bsz, ctx.accum_steps = loader.current_local_bsz, loader.accumulation_steps
         if self._micro == 0:  # the step's first micro-batch
             self._cycle_samples, self._cycle_first = 0, int(samples)
         if self._cycle_samples is not None:
@@ -488,6 +500,32 @@ class AdaptiveDataParallel(nn.Module):
             self.reporter.stop()
         if self._tensorboard is not None:
             self._tensorboard.close()
+
+    # ------------------------------------------------------------------ the wrapped model
+
+    def __getattr__(self, name: str) -> Any:
+        """Names the wrapper lacks are the model's (``model.init_hidden(bsz)``, ``model.config``),
+        as a script written for the bare model calls them."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            model = self.__dict__.get("_model")
+            if model is None or name.startswith("__"):
+                raise
+            try:
+                return getattr(model, name)
+            except AttributeError:
+                raise AttributeError(
+                    f"neither {type(self).__name__} nor the {type(model).__name__} it wraps has "
+                    f"an attribute {name!r}"
+                ) from None
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickling the wrapper (``torch.save(model, f)``) pickles the model it wraps: the
+        wrapper's live parts (process group, reporter thread) cannot be saved, and loading gives
+        the bare model, ready for evaluation or to be wrapped again."""
+        # a builtin call that hands the model back: the file loads without adl installed
+        return operator.getitem, ([self._model], 0)
 
     # ------------------------------------------------------------------ checkpointing
 
