@@ -67,7 +67,9 @@ def _pyplot() -> Any:
 def _save(fig: Figure, path: Path | str) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    fig.savefig(
+        out, dpi=100, pil_kwargs={"optimize": True} if out.suffix.lower() == ".png" else None
+    )
     _pyplot().close(fig)
     return out
 
@@ -75,14 +77,16 @@ def _save(fig: Figure, path: Path | str) -> Path:
 def plot_schedules(
     results: Sequence[tuple[str, SimResult]], path: Path | str, *, title: str = ""
 ) -> Path:
-    """Write a PNG with one stacked-area panel per (label, result); returns the path."""
+    """Write a PNG with one stacked-area panel per (label, result), all on one time axis;
+    returns the path."""
     plt = _pyplot()
     if not results:
         raise ValueError("nothing to plot")
     fig, axes = plt.subplots(
-        len(results), 1, figsize=(12, 3.2 * len(results)), squeeze=False, sharex=False
+        len(results), 1, figsize=(10, 2.6 * len(results)), squeeze=False, sharex=False
     )
     cmap = plt.get_cmap("tab20")
+    end_h = max((r.timeline[-1][0] / 3600.0 for _, r in results if r.timeline), default=0.0)
     for ax, (label, result) in zip(axes[:, 0], results, strict=True):
         times, names, mat = gpu_matrix(result)
         hours = times / 3600.0
@@ -95,7 +99,7 @@ def plot_schedules(
             ax.axhline(result.total_gpus, color="black", linestyle="--", linewidth=0.8)
         ax.set_ylabel("GPUs")
         ax.set_title(f"{label}: {len(names)} jobs", loc="left", fontsize=10)
-        ax.set_xlim(0, float(hours[-1]) if len(hours) else 1.0)
+        ax.set_xlim(0, end_h or 1.0)
         ax.set_ylim(0, max(result.total_gpus, float(lower.max()) if len(lower) else 0) * 1.05 + 1)
     axes[-1, 0].set_xlabel("simulated time (hours)")
     if title:
