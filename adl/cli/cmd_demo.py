@@ -3,6 +3,12 @@
 A local daemon with 4 CPU slots, three example jobs with different scaling behaviour submitted a
 few seconds apart, a live table while the scheduler moves slots between them, and a summary
 showing which jobs grew and shrank, that all finished and that their losses fell.
+
+The demo exists to show elasticity both ways, so its daemon starts each new job on one slot
+(``bootstrap_replicas=1``) rather than on a whole node: a job grows once it has measured
+itself, and shrinks when the next one arrives. Each job has a kind of its own: they run the same
+script, and a long job's remaining work predicted from the short ones that finished first would
+make it look nearly done, not worth growing.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ DEMO_JOBS: tuple[tuple[str, str, int, int, int, float], ...] = (
     ("big-linear", "sync", 1000, 1, 2, 15.0),
     ("tiny-logreg", "small", 1500, 1, 2, 30.0),
 )
+#: the demo daemon's policy knobs: new jobs start on one slot and grow from their own reports
+DEMO_KNOBS: tuple[str, ...] = ("bootstrap_replicas=1",)
 
 
 @dataclass
@@ -120,8 +128,10 @@ def run_demo(
     live: bool = True,
     keep_daemon: bool = False,
     worker_args: tuple[str, ...] = (),
+    policy_knobs: tuple[str, ...] = DEMO_KNOBS,
 ) -> list[JobSummary]:
-    """Start a daemon on ``home``, run the demo jobs to completion, return the summary.
+    """Start a daemon on ``home`` (with ``policy_knobs``, unless one already serves it), run
+    the demo jobs to completion, return the summary.
 
     ``worker_args`` are appended to every job's command (tests slow the steps down with
     ``--step-sleep`` so a job cannot finish before the scheduler had a chance to resize it).
@@ -135,7 +145,8 @@ def run_demo(
     from adl.local.client import LocalBackend, kill_workers, start_daemon, stop_daemon
 
     console = Console()
-    start_daemon(home, slots=slots, round_s=round_s)
+    knobs = [f"--policy-knob={knob}" for knob in policy_knobs]
+    start_daemon(home, slots=slots, round_s=round_s, extra_args=knobs)
     backend = LocalBackend(home, autostart=False)
     script = example_script()
     t0 = time.monotonic()
@@ -157,6 +168,8 @@ def run_demo(
                         env=["ADL_REPORT_INTERVAL=3"],
                         workdir=str(script.parent),
                         max_restarts=3,
+                        # one kind each: same script, different lengths (see the module doc)
+                        job_kind=f"adl-demo-{name}",
                     )
                     try:
                         backend.submit(name, "default", spec)

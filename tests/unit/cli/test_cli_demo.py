@@ -45,7 +45,14 @@ def test_a_timed_out_demo_leaves_no_worker_behind(
     jobs = (("sleepy", "compute", 10, 1, 2, 0.0), ("other", "small", 10, 1, 1, 0.0))
     try:
         rows = cmd_demo.run_demo(
-            home, slots=3, round_s=0.5, timeout_s=4, jobs=jobs, live=False, worker_args=(marker,)
+            home,
+            slots=3,
+            round_s=0.5,
+            timeout_s=4,
+            jobs=jobs,
+            live=False,
+            worker_args=(marker,),
+            policy_knobs=(),  # the default knobs, not the demo's start on one slot
         )
         pids = [int(p.name[4:]) for p in (tmp_path / "pids").glob("pid-*")]
         # sleepy starts on both its replicas at once (a new job starts on up to a node)
