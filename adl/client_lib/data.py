@@ -71,13 +71,24 @@ class MicroBatch:
 
 
 def plan_micro_batches(
-    size: int, offset: int, replicas: int, local_bsz: int, drop_last: bool = False
+    size: int,
+    offset: int,
+    replicas: int,
+    local_bsz: int,
+    drop_last: bool = False,
+    micro_batch: int | None = None,
 ) -> list[MicroBatch]:
-    """Global micro-batches that cover positions ``[offset, size)`` of the epoch order."""
+    """Global micro-batches that cover positions ``[offset, size)`` of the epoch order.
+
+    Each takes ``replicas * local_bsz`` samples, or ``micro_batch`` (at least ``replicas``)
+    when given, split over the replicas in shares that differ by at most one.
+    """
     if replicas < 1 or local_bsz < 1:
         raise ValueError("replicas and local_bsz must be >= 1")
+    if micro_batch is not None and micro_batch < replicas:
+        raise ValueError(f"micro_batch must be >= replicas ({replicas}), got {micro_batch}")
     plan: list[MicroBatch] = []
-    full = replicas * local_bsz
+    full = micro_batch or replicas * local_bsz
     pos = offset
     while pos < size:
         count = min(full, size - pos)
@@ -195,6 +206,12 @@ class AdaptiveDataLoader:
     """
 
     _count = 0
+    #: With a fixed batch (no :meth:`autoscale_batch_size`): each global micro-batch is exactly
+    #: B0 samples, split over the replicas in shares that differ by at most one, instead of
+    #: ``ceil(B0 / replicas)`` samples on every replica (more than B0 when the replicas do not
+    #: divide it). The gradient average over the replicas is unweighted, so a training loop
+    #: that sets this weighs each replica's mean loss by its share (``AdaptiveTrainer`` does).
+    exact_batch = False
 
     def __init__(
         self,
@@ -294,7 +311,14 @@ class AdaptiveDataLoader:
     @property
     def current_batch_size(self) -> int:
         local, accum = self._current_config()
-        return self._ctx.world_size * local * (accum + 1)
+        return self.micro_batch_samples(local) * (accum + 1)
+
+    def micro_batch_samples(self, local: int) -> int:
+        """Samples of one global micro-batch at micro-batch ``local`` (see ``exact_batch``)."""
+        replicas = self._ctx.world_size
+        if self.exact_batch and self._bounds is None and self.batch_size >= replicas:
+            return self.batch_size
+        return replicas * local
 
     @property
     def epoch(self) -> int:
@@ -440,7 +464,8 @@ class AdaptiveDataLoader:
             self._decided = True
         local, accum = self._current_config()
         size = self._size
-        plan = plan_micro_batches(size, self._offset, ctx.world_size, local, self.drop_last)
+        full = self.micro_batch_samples(local)
+        plan = plan_micro_batches(size, self._offset, ctx.world_size, local, self.drop_last, full)
         self._iter_len = len(plan)
         if not plan and self._offset == 0 and size > 0:
             self._warn_empty(size, ctx.world_size, local)
@@ -513,4 +538,6 @@ class AdaptiveDataLoader:
             local, _ = default_config(self.bounds, self._ctx.world_size)
         _, offset = self._next_position()
         size = self._size
-        return len(plan_micro_batches(size, offset, self._ctx.world_size, local, self.drop_last))
+        full = self.micro_batch_samples(local)
+        plan = plan_micro_batches(size, offset, self._ctx.world_size, local, self.drop_last, full)
+        return len(plan)

@@ -35,7 +35,7 @@ from transformers.trainer_utils import TrainOutput
 
 from adl.client_lib.accumulator import Accumulator
 from adl.client_lib.context import has_context
-from adl.client_lib.data import AdaptiveDataLoader
+from adl.client_lib.data import AdaptiveDataLoader, plan_micro_batches
 from adl.client_lib.env import context
 from adl.client_lib.epoch import remaining_epochs_until
 from adl.client_lib.parallel import AdaptiveDataParallel
@@ -62,6 +62,7 @@ class _TrainerStateCheckpoint:
             "epoch": float(state.epoch or 0.0),
             "log_history": [dict(entry) for entry in state.log_history],
             "num_input_tokens_seen": int(state.num_input_tokens_seen),
+            "train_runtime": self._trainer._adl_runtime(),
         }
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
@@ -70,6 +71,7 @@ class _TrainerStateCheckpoint:
         state.epoch = float(saved["epoch"])
         state.log_history = [dict(entry) for entry in saved["log_history"]]
         state.num_input_tokens_seen = int(saved.get("num_input_tokens_seen", 0))
+        self._trainer._adl_runtime_before = float(saved.get("train_runtime", 0.0))
 
 
 class AdaptiveTrainer(Trainer):
@@ -112,6 +114,11 @@ class AdaptiveTrainer(Trainer):
         self._scaling_rule = scaling_rule
         self.adl_loader: AdaptiveDataLoader | None = None
         self.adl_model: AdaptiveDataParallel | None = None
+        # time in train() of the job's earlier starts (from the checkpoint), and of this one
+        self._adl_runtime_before = 0.0
+        self._adl_start: float | None = None
+        # (micro-batches, samples) of the optimizer step under way, over all replicas
+        self._adl_step = (1, 0)
 
     # ------------------------------------------------------------------ set-up
 
@@ -136,6 +143,7 @@ class AdaptiveTrainer(Trainer):
             collate_fn=self.data_collator,
             num_workers=self.args.dataloader_num_workers,
         )
+        loader.exact_batch = True  # B0 at every world size, in shares that may differ by one
         self.adl_batch.apply(loader)
         return loader
 
@@ -183,7 +191,7 @@ class AdaptiveTrainer(Trainer):
         self.callback_handler.optimizer = self.optimizer
         self.callback_handler.lr_scheduler = self.lr_scheduler
         self.callback_handler.train_dataloader = loader
-        start = time.time()
+        self._adl_start = time.time()
         self.control = self.callback_handler.on_train_begin(self.args, self.state, self.control)
         for epoch in remaining_epochs_until(epochs):
             self.control = self.callback_handler.on_epoch_begin(self.args, self.state, self.control)
@@ -193,12 +201,34 @@ class AdaptiveTrainer(Trainer):
             if self.control.should_training_stop:
                 break
         with run.synchronized():
-            train_loss = run["loss"] / max(run["samples"], 1)
-        self.log({"train_loss": train_loss})
+            samples, flos = run["samples"], float(run["flos"])
+            train_loss = run["loss"] / max(samples, 1)
+        metrics = self._adl_train_metrics(samples, flos, train_loss)
+        self.log(metrics)  # adds the epoch, as Trainer's does
         self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
         self.is_in_train = False
-        metrics = {"train_loss": train_loss, "train_runtime": time.time() - start}
         return TrainOutput(self.state.global_step, train_loss, metrics)
+
+    def _adl_runtime(self) -> float:
+        """Seconds in ``train()`` over every start of the job so far (not the time between
+        starts: stopped, suspended or starting up)."""
+        now = time.time() - self._adl_start if self._adl_start is not None else 0.0
+        return self._adl_runtime_before + now
+
+    def _adl_train_metrics(
+        self, samples: float, flos: float, train_loss: float
+    ) -> dict[str, float]:
+        """Trainer's end-of-training metrics, over the whole run (every start, every replica):
+        its runtime, samples and optimizer steps per second, FLOs and mean loss."""
+        runtime = self._adl_runtime()
+        metrics = {"train_runtime": round(runtime, 4)}
+        if runtime > 0:
+            metrics["train_samples_per_second"] = round(samples / runtime, 3)
+            metrics["train_steps_per_second"] = round(self.state.global_step / runtime, 3)
+        self.state.total_flos = flos
+        metrics["total_flos"] = flos
+        metrics["train_loss"] = train_loss
+        return metrics
 
     def _adl_run_epoch(
         self,
@@ -217,10 +247,12 @@ class AdaptiveTrainer(Trainer):
                 self.control = self.callback_handler.on_step_begin(
                     self.args, self.state, self.control
                 )
-            loss = self._adl_micro_step(model, inputs)
+                self._adl_step = self._adl_step_plan(loader)
             samples = batch_length(inputs)
+            loss = self._adl_micro_step(model, inputs, samples)
+            flos = float(self.floating_point_ops(inputs))
             window.update_sums({"loss": loss * samples, "samples": samples})
-            run.update_sums({"loss": loss * samples, "samples": samples})
+            run.update_sums({"loss": loss * samples, "samples": samples, "flos": flos})
             first = ctx.is_sync_step
             if not first:
                 self.control = self.callback_handler.on_substep_end(
@@ -232,14 +264,38 @@ class AdaptiveTrainer(Trainer):
             if self.control.should_epoch_stop or self.control.should_training_stop:
                 break
 
-    def _adl_micro_step(self, model: AdaptiveDataParallel, inputs: Any) -> float:
-        """Forward and backward on one micro-batch; its mean loss. adl averages the gradients
-        over the micro-batches of a step, so the loss is not divided by their number here."""
+    def _adl_step_plan(self, loader: AdaptiveDataLoader) -> tuple[int, int]:
+        """(micro-batches, samples over all replicas) of the optimizer step that starts with the
+        micro-batch the loader just handed out."""
+        ctx = self._adl
+        first = int(ctx.global_micro_batch or 0)
+        per_step = loader.accumulation_steps + 1
+        if per_step == 1 or not first:
+            return 1, first
+        # only the epoch's last step can hold fewer (or smaller) micro-batches
+        local = loader.current_local_bsz
+        full = loader.micro_batch_samples(local)
+        start = loader.offset - first
+        end = min(len(loader.dataset), start + per_step * full)
+        plan = plan_micro_batches(end, start, ctx.world_size, local, loader.drop_last, full)
+        plan = plan[:per_step]
+        return len(plan), sum(mb.size for mb in plan)
+
+    def _adl_micro_step(self, model: AdaptiveDataParallel, inputs: Any, samples: int) -> float:
+        """Forward and backward on one micro-batch of ``samples`` samples; its mean loss.
+
+        adl averages the gradients over the replicas and the micro-batches of a step with equal
+        weights. The shares of a step differ (B0 split over replicas that do not divide it, an
+        epoch's last step), so the loss backpropagated is weighted by this share's size: the
+        update is then the mean over every sample of the step, as on one process.
+        """
         inputs = self._prepare_inputs(inputs)
         with self.compute_loss_context_manager():
             loss = self.compute_loss(model, inputs)
         assert isinstance(loss, torch.Tensor)  # return_outputs=False: the loss alone
-        loss.backward()
+        micro, step_samples = self._adl_step
+        weight = samples * self._adl.world_size * micro / step_samples if step_samples else 1.0
+        (loss * weight if weight != 1.0 else loss).backward()
         return float(loss.detach())
 
     def _adl_optimizer_step(self, model: AdaptiveDataParallel, epoch: float) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from framework_run import assert_same_history, python, reference, run_elastic
+from hf_history import untimed
 
 pytest.importorskip("transformers")  # adl[hf], which the dev extra installs
 
@@ -32,4 +33,6 @@ def test_hf_trainer_resized_and_suspended_logs_as_an_uninterrupted_run(
     # the runs are comparable: losses per logging step, global step, epoch, LR, grad norm
     assert [e["step"] for e in want] == [*range(2, 25, 2), 24]
     assert {"loss", "learning_rate", "grad_norm", "epoch", "step"} <= set(want[0])
-    assert_same_history(got, want)
+    # the last entry holds Trainer's end-of-training metrics, timings included
+    assert {"train_loss", "train_runtime", "total_flos"} <= set(want[-1])
+    assert_same_history(untimed(got), untimed(want))
