@@ -9,12 +9,16 @@ callbacks (``on_step_end`` decides when to log, as ``DefaultFlowCallback`` says)
 ``state.log_history``. adl's parts do the rest:
 
 * ``adl.AdaptiveDataLoader`` shards and shuffles the training set and picks the micro-batch and
-  accumulation (``max_batch_size=`` lets it grow the batch for goodput);
+  accumulation (``max_batch_size=`` lets it grow the batch for goodput). A fixed batch is B0
+  samples a step at every world size, in shares that differ by at most one (``exact_batch``);
+  each share's loss is weighted by its size, so the update is the mean over the step's samples;
 * ``adl.AdaptiveDataParallel`` does DDP, gradient-noise statistics, LR scaling, the LR
   scheduler's steps (one per scale-invariant step) and the hints reports;
 * the checkpoint (SIGTERM or a resize) holds the model, optimizer, scheduler, data position,
   epoch, ``state.global_step``, ``state.log_history`` and the loss summed since the last log, so a
-  resumed job, at any world size, logs what an uninterrupted one logs.
+  resumed job, at any world size, logs what an uninterrupted one logs;
+* the end-of-training metrics (runtime, samples and steps per second, FLOs, loss, epoch) cover
+  the whole run: every start's time in ``train()``, every replica's samples and FLOs.
 
 Metrics differ from stock Trainer in two ways, both so that they do not depend on the world
 size: ``loss`` is the mean over every sample since the last log (not the mean over ranks of
