@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from local_kit import FixedPolicy, wait_for
 
 from adl.local.client import LocalBackend
-from adl.models import AdaptiveJobSpec, Phase
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
 
 #: Relative tolerance of a logged float against the uninterrupted run. The runs differ only in
 #: where float32 sums are split: at 2 replicas each rank averages half the batch and the
@@ -55,12 +56,15 @@ def run_elastic(
     command: list[str],
     gates: tuple[int, int],
     out: Path,
+    on_poll: Callable[[AdaptiveJobStatus], None] | None = None,
 ) -> list[dict[str, Any]]:
     """The job through 1 -> 2 replicas (at step ``gates[0]``), a suspend at step ``gates[1]``
-    and a resume on 1 replica; what it logged."""
+    and a resume on 1 replica; what it logged. ``on_poll`` sees the job's status at every poll
+    (to check what a user would see at any moment)."""
     policy = FixedPolicy()
     policy.replicas[name] = 1
-    d = daemon_factory(policy, slots=2)
+    # the status shows the workers' hints only when they can reach the worker API
+    d = daemon_factory(policy, slots=2, api=on_poll is not None)
     first, second = gates
     spec = AdaptiveJobSpec.model_validate(
         {
@@ -77,7 +81,10 @@ def run_elastic(
     backend.submit(name, "default", spec)
 
     def phase() -> Phase:
-        return backend.get(name, "default").status.phase
+        status = backend.get(name, "default").status
+        if on_poll is not None:
+            on_poll(status)
+        return status.phase
 
     def failed() -> str:
         return f"{phase()}\n{log_text(home, name)[-4000:]}"
