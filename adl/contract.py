@@ -134,6 +134,15 @@ LABEL_GROUP = f"{API_GROUP}/group"
 LABEL_NODE_INDEX = f"{API_GROUP}/node-index"
 #: A node label (``"true"``): the node may be taken away (spot / preemptible capacity).
 LABEL_PREEMPTIBLE = f"{API_GROUP}/preemptible"
+#: The labels (and values) by which autoscalers and clouds mark spot capacity, besides adl's own.
+SPOT_NODE_LABELS: tuple[tuple[str, str], ...] = (
+    (LABEL_PREEMPTIBLE, "true"),
+    ("karpenter.sh/capacity-type", "spot"),
+    ("cloud.google.com/gke-spot", "true"),
+    ("cloud.google.com/gke-preemptible", "true"),
+    ("eks.amazonaws.com/capacityType", "SPOT"),
+    ("kubernetes.azure.com/scalesetpriority", "spot"),
+)
 ANNOTATION_ALLOCATION = f"{API_GROUP}/allocation"
 ANNOTATION_TOKEN_HASH = f"{API_GROUP}/token-sha256"
 

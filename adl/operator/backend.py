@@ -32,6 +32,7 @@ from adl.operator import pods as P
 from adl.operator.observe import PodPhase, PodState, classify_all, observed_workers, pod_indices
 from adl.operator.scheduling import job_key, job_records, nodes_from_objects
 from adl.operator.store import KubeStore
+from adl.operator.taints import pod_tolerations
 from adl.operator.tenancy import Ceilings, enforce
 from adl.sched import registry
 from adl.sched.types import NodeInfo, Policy
@@ -354,11 +355,19 @@ class KubeBackend:
         return dataclasses.replace(record, spec=spec)
 
     def round_nodes(self) -> list[NodeInfo]:
+        resource = self.config.gpu_resource
+        # what the pods of the jobs this round places will tolerate (after round_jobs)
+        tolerations = [
+            pod_tolerations(r.spec.template.get("spec") or {}, resource, r.spec.gpus_per_replica)
+            for r in job_records(list(self._listed.values()))
+            if not r.status.phase.finished
+        ]
         return nodes_from_objects(
             self.store.list_nodes(),
             self.store.list_all_pods(),
-            resource=self.config.gpu_resource,
+            resource=resource,
             selector=self.config.node_selector,
+            tolerations=tolerations,
         )
 
     def set_desired(self, changed: Mapping[str, list[str]]) -> None:

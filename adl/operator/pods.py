@@ -28,6 +28,7 @@ from adl.controller.env import WorkerSite, node_slots
 from adl.controller.env import worker_env as env_of_replica
 from adl.models import AdaptiveJobSpec
 from adl.operator.crd import API_VERSION, KIND
+from adl.operator.taints import pod_tolerations
 
 LABEL_INDEX = LABEL_NODE_INDEX
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
@@ -202,6 +203,9 @@ def build_pod(
         for kind in ("limits", "requests"):
             resources.setdefault(kind, {})[resource] = str(gpus)
         trainer["resources"] = resources
+    if gpus or pspec.get("tolerations"):
+        # the node pool's GPU taint is tolerated, as the policy counted on (adl.operator.taints)
+        pspec["tolerations"] = pod_tolerations(pspec, resource, gpus)
     mounts = [m for m in trainer.get("volumeMounts") or [] if m.get("name") not in _VOLUMES]
     mounts += [
         {"name": "adl-checkpoint", "mountPath": CHECKPOINT_MOUNT},

@@ -10,14 +10,13 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from adl.contract import LABEL_PREEMPTIBLE, JobKey
+from adl.contract import SPOT_NODE_LABELS, JobKey
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
+from adl.operator.taints import Toleration, tolerates_node
 from adl.operator.timestamps import parse_time
 from adl.sched.types import NodeInfo
-
-_SCHEDULE_EFFECTS = {"NoSchedule", "NoExecute"}
 
 
 def quantity(value: Any) -> int:
@@ -63,9 +62,13 @@ def nodes_from_objects(
     *,
     resource: str = GPU_RESOURCE,
     selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[Sequence[Toleration]] = (),
 ) -> list[NodeInfo]:
     """Schedulable nodes with their free GPUs: allocatable minus non-adl requests; cordoned,
-    not-ready, tainted (NoSchedule/NoExecute) and unselected nodes are left out."""
+    not-ready and unselected nodes are left out, and so is a node with a NoSchedule/NoExecute
+    taint unless every job of the round tolerates it (``tolerations``: each job's pods'). The
+    policy places any job on any node it is given, so a node some job may not use is kept from
+    all: never a pod where it is not tolerated, at the price of idle nodes in a mixed round."""
     used = gpus_used_by_others(pods, resource)
     out: list[NodeInfo] = []
     for node in nodes:
@@ -76,12 +79,12 @@ def nodes_from_objects(
             continue
         if spec.get("unschedulable") or not _ready(node):
             continue
-        if any(t.get("effect") in _SCHEDULE_EFFECTS for t in spec.get("taints") or []):
+        if not all(tolerates_node(tol, node) for tol in tolerations or [()]):
             continue
         allocatable = quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource))
         free = allocatable - used.get(meta["name"], 0)
         if free > 0:
-            preemptible = labels.get(LABEL_PREEMPTIBLE) == "true"
+            preemptible = any(labels.get(k) == v for k, v in SPOT_NODE_LABELS)
             out.append(NodeInfo(name=meta["name"], gpus=free, preemptible=preemptible))
     return sorted(out, key=lambda n: n.name)
 

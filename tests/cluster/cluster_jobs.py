@@ -75,3 +75,40 @@ def run_a_job(admin_api: client.ApiClient, namespace: str, operator: OperatorPro
             return False
 
         wait_for(gone, timeout=60, what="the job deleted", details=operator.tail)
+
+
+def bound_claim(api: client.ApiClient, namespace: str, name: str) -> str:
+    """A PersistentVolumeClaim bound (by the real PV controller) to a hostPath volume made for
+    it: a checkpoint claim the scheduler can place a pod with."""
+    core = client.CoreV1Api(api)
+    volume = f"{namespace}-{name}"[:63]
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=volume),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "10Gi"},
+                access_modes=["ReadWriteMany"],
+                host_path=client.V1HostPathVolumeSource(path=f"/tmp/adl-cluster-tests/{volume}"),
+                storage_class_name="",
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=name),
+            ),
+        )
+    )
+    claim_spec = client.V1PersistentVolumeClaimSpec(
+        access_modes=["ReadWriteMany"],
+        resources=client.V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
+        storage_class_name="",
+        volume_name=volume,
+    )
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(metadata=client.V1ObjectMeta(name=name), spec=claim_spec),
+    )
+    wait_for(
+        lambda: (
+            core.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound"
+        ),
+        timeout=60,
+        what=f"claim {name} bound",
+    )
+    return name

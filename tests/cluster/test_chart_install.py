@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from chart_install import Installation
-from cluster_jobs import SCOPES, job_manifest, run_a_job
+from cluster_jobs import SCOPES, bound_claim, job_manifest, run_a_job
 from cluster_procs import wait_for
 from controlplane import ControlPlane
 from kubernetes import client
@@ -217,43 +217,6 @@ def test_chart_variant_is_accepted(
     assert container.args == installation.operator_args
     kinds = {o["kind"] for o in installation.objects}
     assert ("PodDisruptionBudget" in kinds) == (variant == "standby")
-
-
-def bound_claim(api: client.ApiClient, namespace: str, name: str) -> str:
-    """A PersistentVolumeClaim bound (by the real PV controller) to a hostPath volume made for
-    it: a checkpoint claim the scheduler can place a pod with."""
-    core = client.CoreV1Api(api)
-    volume = f"{namespace}-{name}"[:63]
-    core.create_persistent_volume(
-        client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=volume),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "10Gi"},
-                access_modes=["ReadWriteMany"],
-                host_path=client.V1HostPathVolumeSource(path=f"/tmp/adl-cluster-tests/{volume}"),
-                storage_class_name="",
-                claim_ref=client.V1ObjectReference(namespace=namespace, name=name),
-            ),
-        )
-    )
-    claim_spec = client.V1PersistentVolumeClaimSpec(
-        access_modes=["ReadWriteMany"],
-        resources=client.V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
-        storage_class_name="",
-        volume_name=volume,
-    )
-    core.create_namespaced_persistent_volume_claim(
-        namespace,
-        client.V1PersistentVolumeClaim(metadata=client.V1ObjectMeta(name=name), spec=claim_spec),
-    )
-    wait_for(
-        lambda: (
-            core.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound"
-        ),
-        timeout=60,
-        what=f"claim {name} bound",
-    )
-    return name
 
 
 def test_scheduler_places_pods_on_the_allocated_nodes(
