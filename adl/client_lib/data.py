@@ -313,9 +313,10 @@ class AdaptiveDataLoader:
         local, accum = self._current_config()
         return self.micro_batch_samples(local) * (accum + 1)
 
-    def micro_batch_samples(self, local: int) -> int:
-        """Samples of one global micro-batch at micro-batch ``local`` (see ``exact_batch``)."""
-        replicas = self._ctx.world_size
+    def micro_batch_samples(self, local: int, replicas: int | None = None) -> int:
+        """Samples of one global micro-batch at micro-batch ``local`` over ``replicas`` (the
+        job's now, by default; see ``exact_batch``)."""
+        replicas = replicas or self._ctx.world_size
         if self.exact_batch and self._bounds is None and self.batch_size >= replicas:
             return self.batch_size
         return replicas * local
@@ -377,8 +378,10 @@ class AdaptiveDataLoader:
         after = (ctx.world_size, local, accum)
         if ctx.rank != 0 or after == before:
             return
-        batch = ctx.world_size * local * (accum + 1)
-        old_batch = before[0] * before[1] * (before[2] + 1) if before else None
+        batch = self.micro_batch_samples(local) * (accum + 1)
+        old_batch = None
+        if before is not None:
+            old_batch = self.micro_batch_samples(before[1], before[0]) * (before[2] + 1)
         provider = ctx.lr_scale_provider
         lr = old_lr = None
         if provider is not None:

@@ -456,9 +456,17 @@ class AdaptiveDataParallel(nn.Module):
         ctx = _context() or self._ctx
         bounds = _ctx_attr(ctx, "batch_bounds", None)
         total = _ctx_attr(ctx, "total_progress", None)
-        batch, local, accum = current_batch(
-            self.world_size, self._loader_config(), self._cycle_bsz, self._micro
-        )
+        loader = _ctx_attr(ctx, "training_loader", None)
+        if loader is not None:  # its own count: an exact B0 split unevenly is not replicas x local
+            batch, local, accum = (
+                loader.current_batch_size,
+                loader.current_local_bsz,
+                loader.accumulation_steps,
+            )
+        else:
+            batch, local, accum = current_batch(
+                self.world_size, self._loader_config(), self._cycle_bsz, self._micro
+            )
         progress = self.progress.progress
         if isinstance(total, (int, float)) and declared_epochs_done(ctx):
             # The declared work is done, whatever the gains summed to: AdaScale counts a step

@@ -3,6 +3,7 @@ layout or whichever loader ran last; and the wrapper behaves like the model it w
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 from collections.abc import Callable
@@ -195,3 +196,24 @@ def test_saving_the_wrapper_saves_the_model_it_wraps(
         model.state_dict().items(), loaded.state_dict().items(), strict=True
     ):
         assert torch.equal(a, b), name
+
+
+def test_the_reported_batch_is_the_loaders_exact_b0_at_a_world_size_that_does_not_divide_it(
+    make_context: Callable[..., JobContext],
+) -> None:
+    """AdaptiveTrainer's loader takes exactly B0 = 16 at 3 replicas (6 + 5 + 5): the job's batch
+    size is 16, not 3 x 6 (rank 0 of 3, seen through its context; the loader splits by it)."""
+    ctx = make_context()
+    ctx.env = dataclasses.replace(ctx.env, rank=0, world_size=3)
+    model, _, opt = _job(batch=16)
+    loader = adl.AdaptiveDataLoader(Tokens(48), batch_size=16, collate_fn=sequence_first)
+    loader.exact_batch = True
+    for x, y in loader:
+        assert x.shape[1] == 6  # rank 0's share
+        out, _ = model(x, TinyLM.zeros(x.shape[1]))
+        nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+        opt.step()
+        opt.zero_grad()
+        break
+    hints = model.hints()
+    assert hints is not None and (hints.batch_size, hints.local_bsz) == (16, 6)
