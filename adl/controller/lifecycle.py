@@ -29,6 +29,7 @@ from enum import StrEnum
 from adl.contract import EXIT_STOPPED as EXIT_STOPPED
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.env import node_slots
+from adl.controller.status_hints import show_hints
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, RestartCause
 
 #: a replica still present this long after its stop was due is reported (its node may be down)
@@ -476,9 +477,7 @@ def step(
         timing or Timing(),
     )
     st = s.status
-    if st.hints is not None:  # surface the last report in status (printer columns, metrics)
-        st.batch_size = st.hints.batch_size
-        st.goodput = st.hints.goodput
+    show_hints(st, st.hints)  # the last report in status (printer columns, metrics)
     done = st.hints is not None and st.hints.work_done and not st.phase.finished
     st.finishing_since = (st.finishing_since or now) if done else None
     current = observed.of_group(st.group)

@@ -8,7 +8,6 @@ driver that also measures how long the policy took (for the round-latency histog
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,7 +19,6 @@ from adl.controller.history import CompletedWork, job_kind
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.decisions import Decision, Hold, explain
 from adl.sched.hints import (
-    goodput_from_hints,
     min_replicas_from_hints,
     remaining_seconds,
     speedup_from_hints,
@@ -163,30 +161,6 @@ def job_info(
         submit_order=order,
         priority=spec.priority,
     )
-
-
-def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> float | None:
-    """Goodput (scale-invariant steps per second) of the job as it runs now, for ``top`` and
-    the metrics: the job's own figure when it sent one, else its reported throughput and noise
-    model evaluated at its current replicas and batch; None before it reported a model."""
-    if hints is None:
-        return None
-    if hints.goodput is not None:
-        return hints.goodput
-    try:
-        fn = goodput_from_hints(hints)
-        if fn is None or replicas < 1:
-            return None
-        accum = hints.accum_steps or 0
-        local = hints.local_bsz or (
-            hints.batch_size // (replicas * (accum + 1)) if hints.batch_size else None
-        )
-        if not local:
-            return None
-        value = float(fn.evaluate(max(num_nodes, 1), replicas, local, accum))
-    except Exception:  # a model nothing can evaluate: no figure, and ls/metrics still work
-        return None
-    return value if 0 <= value < math.inf else None  # drop NaN and infinity
 
 
 #: how long a job that reported all of its work done keeps its GPUs whatever the policy says

@@ -129,12 +129,11 @@ class JobRecord:
         """The status as users see it: the last hints report merged in."""
         if self.hints is None:
             return self.status
-        from adl.controller.rounds import current_goodput
+        from adl.controller.status_hints import show_hints
 
         st = self.status.model_copy()
         st.hints = self.hints
-        st.batch_size = self.hints.batch_size
-        st.goodput = current_goodput(self.hints, st.replicas) if st.replicas else None
+        show_hints(st, self.hints)
         return st
 
 

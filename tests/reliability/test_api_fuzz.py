@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 
 from adl.api import JobSnapshot, UnknownJob, create_app
 from adl.api.auth import find_owner, generate_token
-from adl.controller.rounds import current_goodput
+from adl.controller.status_hints import current_goodput
 from adl.models import AdaptiveJobStatus, GroupInfo, Hints, Phase
 
 with warnings.catch_warnings():

@@ -13,7 +13,7 @@ from rich.console import Console
 from adl.api.metrics import AdlMetrics
 from adl.api.store import JobSnapshot
 from adl.cli.render import describe_text, jobs_table
-from adl.controller.rounds import current_goodput
+from adl.controller.status_hints import current_goodput
 from adl.jobs_api import JobView
 from adl.local.store import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase

@@ -1,0 +1,44 @@
+"""What a job's status shows of its last hints report, on every backend: the batch size it
+trains at and its goodput now, evaluated from the throughput and noise model it reported (the
+in-job library sends the model, not a goodput figure)."""
+
+from __future__ import annotations
+
+import math
+
+from adl.controller.env import node_slots
+from adl.models import AdaptiveJobStatus, Hints
+from adl.sched.hints import goodput_from_hints
+
+
+def show_hints(status: AdaptiveJobStatus, hints: Hints | None) -> None:
+    """Surface ``hints`` in ``status`` (printer columns, ``adl ls``, metrics); in place."""
+    if hints is None:
+        return
+    status.batch_size = hints.batch_size
+    nodes = len(node_slots(status.allocation)) or 1
+    status.goodput = current_goodput(hints, status.replicas, nodes) if status.replicas else None
+
+
+def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> float | None:
+    """Goodput (scale-invariant steps per second) of the job as it runs now, for ``top`` and
+    the metrics: the job's own figure when it sent one, else its reported throughput and noise
+    model evaluated at its current replicas and batch; None before it reported a model."""
+    if hints is None:
+        return None
+    if hints.goodput is not None:
+        return hints.goodput
+    try:
+        fn = goodput_from_hints(hints)
+        if fn is None or replicas < 1:
+            return None
+        accum = hints.accum_steps or 0
+        local = hints.local_bsz or (
+            hints.batch_size // (replicas * (accum + 1)) if hints.batch_size else None
+        )
+        if not local:
+            return None
+        value = float(fn.evaluate(max(num_nodes, 1), replicas, local, accum))
+    except Exception:  # a model nothing can evaluate: no figure, and ls/metrics still work
+        return None
+    return value if 0 <= value < math.inf else None  # drop NaN and infinity
