@@ -91,6 +91,9 @@ class JobContext:
         # ... and this replica's share of it: the batch size of the step, which the tensors'
         # dim 0 is not for a sequence-first layout ([seq, batch], as RNN language models take).
         self.local_micro_batch: int | None = None
+        # ... and what this share weighs in its optimizer step (data.share_weights): not 1.0
+        # where the replicas' or micro-batches' shares differ
+        self.share_weight: float = 1.0
         # The loader whose batches train (claimed by AdaptiveDataParallel at the first training
         # step): its batch configuration is the job's, not that of a validation loader run last.
         self.training_loader: Any | None = None

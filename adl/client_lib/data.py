@@ -99,6 +99,26 @@ def plan_micro_batches(
     return plan
 
 
+def share_weights(
+    plan: Sequence[MicroBatch], per_step: int, rank: int, replicas: int
+) -> list[float]:
+    """For each micro-batch of ``plan``, the weight of ``rank``'s share in its optimizer step
+    (the step: ``per_step`` consecutive micro-batches, fewer at the end).
+
+    The gradients are averaged over the replicas and the micro-batches with equal weights, each
+    a mean over its share; a share of ``n`` samples in a step of ``N`` samples over ``replicas x
+    micro`` shares must count ``n * replicas * micro / N`` times for the update to be the mean
+    over every sample of the step, as on one process. 1.0 wherever the shares are equal; they
+    differ at an epoch's uneven tail, and where B0 is split exactly (``exact_batch``)."""
+    out: list[float] = []
+    for start in range(0, len(plan), per_step):
+        step = plan[start : start + per_step]
+        total = sum(mb.size for mb in step)
+        for mb in step:
+            out.append(mb.shares[rank] * replicas * len(step) / total)
+    return out
+
+
 def default_config(bounds: BatchBounds, replicas: int) -> tuple[int, int]:
     """(local_bsz, accum_steps) closest to B0 at this replica count, within the bounds."""
     lo, hi = bounds.local_bsz_bounds
@@ -480,8 +500,15 @@ class AdaptiveDataLoader:
         last = len(plan) - 1
         # a loader iterated inside another's loop (validation in a training step) hands the
         # outer loader's counts back when it is done: the step's forward needs them
-        outer = ctx.feeding_loader, ctx.global_micro_batch, ctx.local_micro_batch, ctx.feeding_path
-        rank = ctx.rank
+        outer = (
+            ctx.feeding_loader,
+            ctx.global_micro_batch,
+            ctx.local_micro_batch,
+            ctx.share_weight,
+            ctx.feeding_path,
+        )
+        rank, replicas = ctx.rank, ctx.world_size
+        weights = share_weights(plan, per_step, rank, replicas)
         try:
             for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
                 if i % per_step == 0 and monitor is not None and monitor.poll():
@@ -491,14 +518,15 @@ class AdaptiveDataLoader:
                 # the step) or after a ``break`` must not replay this batch.
                 self._offset = mb.offset + mb.size
                 ctx.feeding_loader, ctx.global_micro_batch = self, mb.size
-                ctx.local_micro_batch = mb.shares[rank]
-                ctx.feeding_path = (*outer[3], (id(self), mb.offset))
+                ctx.local_micro_batch, ctx.share_weight = mb.shares[rank], weights[i]
+                ctx.feeding_path = (*outer[4], (id(self), mb.offset))
                 yield batch
         finally:
             (
                 ctx.feeding_loader,
                 ctx.global_micro_batch,
                 ctx.local_micro_batch,
+                ctx.share_weight,
                 ctx.feeding_path,
             ) = outer
             self._iter_len = None

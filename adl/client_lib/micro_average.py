@@ -74,13 +74,37 @@ class _EndOfStepBackward(torch.autograd.Function):
         return grad, None
 
 
-def on_backward_end(out: Any, averager: MicroAverager) -> Any:
-    """``out`` with each tensor that needs a gradient passed through :class:`_EndOfStepBackward`
-    (tensors, and tuples, lists and dicts of them)."""
+def _map_grad_tensors(out: Any, fn: Callable[[Tensor], Tensor]) -> Any:
+    """``out`` with ``fn`` applied to each tensor that needs a gradient (tensors, and tuples,
+    lists and dicts of them)."""
     if isinstance(out, Tensor):
-        return _EndOfStepBackward.apply(out, averager) if out.requires_grad else out
+        return fn(out) if out.requires_grad else out
     if isinstance(out, tuple | list):
-        return type(out)(on_backward_end(o, averager) for o in out)
+        return type(out)(_map_grad_tensors(o, fn) for o in out)
     if isinstance(out, dict):
-        return type(out)((k, on_backward_end(v, averager)) for k, v in out.items())
+        return type(out)((k, _map_grad_tensors(v, fn)) for k, v in out.items())
     return out
+
+
+def on_backward_end(out: Any, averager: MicroAverager) -> Any:
+    """``out`` with each tensor that needs a gradient passed through :class:`_EndOfStepBackward`."""
+    return _map_grad_tensors(out, lambda t: _EndOfStepBackward.apply(t, averager))
+
+
+class _ScaledBackward(torch.autograd.Function):
+    """Identity on a model output whose backward multiplies the gradient by ``weight``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: float) -> Tensor:
+        ctx.weight = weight
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return grad * ctx.weight, None
+
+
+def weigh_backward(out: Any, weight: float) -> Any:
+    """``out`` whose gradients (so the parameters' gradients of this micro-step, for a loss
+    computed from it) are multiplied by ``weight``: a share's weight in its step."""
+    return _map_grad_tensors(out, lambda t: _ScaledBackward.apply(t, weight))

@@ -40,7 +40,7 @@ from adl.client_lib.context import get_context, has_context
 from adl.client_lib.epoch import declared_epochs_done
 from adl.client_lib.gns import GradientNoiseEstimator
 from adl.client_lib.grad_stats import GradStats
-from adl.client_lib.micro_average import MicroAverager, on_backward_end
+from adl.client_lib.micro_average import MicroAverager, on_backward_end, weigh_backward
 from adl.client_lib.optimizer import SchedulerStepper, patch_step, scaled_lrs
 from adl.client_lib.profile import Profile
 from adl.client_lib.reporter import HintsReporter, build_hints, current_batch
@@ -293,9 +293,13 @@ class AdaptiveDataParallel(nn.Module):
         self.profile.tick((self.num_nodes, self.world_size, self._cycle_bsz), sync)
         self._micro += 1
         self._new_cycle = sync
+        weight = self._share_weight()
         if self.world_size > 1 and not sync:
-            return self._forward_unsynced(*args, **kwargs)
+            out = self._forward_unsynced(*args, **kwargs)
+            return weigh_backward(out, weight) if weight != 1.0 else out
         out = self._forward_synced(*args, **kwargs)
+        if weight != 1.0:
+            out = weigh_backward(out, weight)
         if sync and self._micro > 1 and self.world_size == 1 and self._average_on_backward:
             # the last micro-step of an accumulating step alone (with several replicas the
             # comm hook averages, and a callback here would race with its all-reduce)
@@ -312,6 +316,13 @@ class AdaptiveDataParallel(nn.Module):
     def _forward_synced(self, *args: Any, **kwargs: Any) -> Any:
         """The last micro-step of an optimizer step: its backward reduces the gradients."""
         return self.module(*args, **kwargs)
+
+    def _share_weight(self) -> float:
+        """What this replica's share of the micro-batch weighs in the step's update (1.0 but
+        where the loader's shares differ: see ``adl.client_lib.data.share_weights``)."""
+        if self._cycle_samples is None:  # not a loader's batch: nothing known of the shares
+            return 1.0
+        return float(_ctx_attr(_context() or self._ctx, "share_weight", 1.0))
 
     def _micro_batch_size(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         """This replica's samples in the micro-batch now starting: the data loader's count when

@@ -10,8 +10,9 @@ callbacks (``on_step_end`` decides when to log, as ``DefaultFlowCallback`` says)
 
 * ``adl.AdaptiveDataLoader`` shards and shuffles the training set and picks the micro-batch and
   accumulation (``max_batch_size=`` lets it grow the batch for goodput). A fixed batch is B0
-  samples a step at every world size, in shares that differ by at most one (``exact_batch``);
-  each share's loss is weighted by its size, so the update is the mean over the step's samples;
+  samples a step at every world size, in shares that differ by at most one (``exact_batch``;
+  AdaptiveDataParallel weighs each share by its size, so the update is the mean over the
+  step's samples);
 * ``adl.AdaptiveDataParallel`` does DDP, gradient-noise statistics, LR scaling, the LR
   scheduler's steps (one per scale-invariant step) and the hints reports;
 * the checkpoint (SIGTERM or a resize) holds the model, optimizer, scheduler, data position,
@@ -39,7 +40,7 @@ from transformers.trainer_utils import TrainOutput
 
 from adl.client_lib.accumulator import Accumulator
 from adl.client_lib.context import has_context
-from adl.client_lib.data import AdaptiveDataLoader, plan_micro_batches
+from adl.client_lib.data import AdaptiveDataLoader
 from adl.client_lib.env import context
 from adl.client_lib.epoch import remaining_epochs_until
 from adl.client_lib.parallel import AdaptiveDataParallel
@@ -122,7 +123,6 @@ class AdaptiveTrainer(Trainer):
         self._adl_runtime_before = 0.0
         self._adl_start: float | None = None
         # (micro-batches, samples) of the optimizer step under way, over all replicas
-        self._adl_step = (1, 0)
 
     # ------------------------------------------------------------------ set-up
 
@@ -251,9 +251,8 @@ class AdaptiveTrainer(Trainer):
                 self.control = self.callback_handler.on_step_begin(
                     self.args, self.state, self.control
                 )
-                self._adl_step = self._adl_step_plan(loader)
             samples = batch_length(inputs)
-            loss = self._adl_micro_step(model, inputs, samples)
+            loss = self._adl_micro_step(model, inputs)
             flos = float(self.floating_point_ops(inputs))
             window.update_sums({"loss": loss * samples, "samples": samples})
             run.update_sums({"loss": loss * samples, "samples": samples, "flos": flos})
@@ -268,38 +267,18 @@ class AdaptiveTrainer(Trainer):
             if self.control.should_epoch_stop or self.control.should_training_stop:
                 break
 
-    def _adl_step_plan(self, loader: AdaptiveDataLoader) -> tuple[int, int]:
-        """(micro-batches, samples over all replicas) of the optimizer step that starts with the
-        micro-batch the loader just handed out."""
-        ctx = self._adl
-        first = int(ctx.global_micro_batch or 0)
-        per_step = loader.accumulation_steps + 1
-        if per_step == 1 or not first:
-            return 1, first
-        # only the epoch's last step can hold fewer (or smaller) micro-batches
-        local = loader.current_local_bsz
-        full = loader.micro_batch_samples(local)
-        start = loader.offset - first
-        end = min(len(loader.dataset), start + per_step * full)
-        plan = plan_micro_batches(end, start, ctx.world_size, local, loader.drop_last, full)
-        plan = plan[:per_step]
-        return len(plan), sum(mb.size for mb in plan)
+    def _adl_micro_step(self, model: AdaptiveDataParallel, inputs: Any) -> float:
+        """Forward and backward on one micro-batch; its mean loss.
 
-    def _adl_micro_step(self, model: AdaptiveDataParallel, inputs: Any, samples: int) -> float:
-        """Forward and backward on one micro-batch of ``samples`` samples; its mean loss.
-
-        adl averages the gradients over the replicas and the micro-batches of a step with equal
-        weights. The shares of a step differ (B0 split over replicas that do not divide it, an
-        epoch's last step), so the loss backpropagated is weighted by this share's size: the
-        update is then the mean over every sample of the step, as on one process.
+        The shares of a step may differ (B0 split over replicas that do not divide it, an
+        epoch's last step): AdaptiveDataParallel weighs each by its size in the backward, so the
+        update is the mean over every sample of the step, as on one process.
         """
         inputs = self._prepare_inputs(inputs)
         with self.compute_loss_context_manager():
             loss = self.compute_loss(model, inputs)
         assert isinstance(loss, torch.Tensor)  # return_outputs=False: the loss alone
-        micro, step_samples = self._adl_step
-        weight = samples * self._adl.world_size * micro / step_samples if step_samples else 1.0
-        (loss * weight if weight != 1.0 else loss).backward()
+        loss.backward()
         return float(loss.detach())
 
     def _adl_optimizer_step(self, model: AdaptiveDataParallel, epoch: float) -> None:

@@ -51,6 +51,7 @@ def main() -> None:
     p.add_argument("--local-max", type=int, default=8, help="largest micro-batch (autoscale)")
     p.add_argument("--adp-b0", type=int, default=0, help="B0 for AdaptiveDataParallel")
     p.add_argument("--eval-each-step", action="store_true", help="a validation pass per step")
+    p.add_argument("--exact", action="store_true", help="B0 exactly at any world (exact_batch)")
     args = p.parse_args()
 
     ctx = adl.init_process_group("gloo")
@@ -58,6 +59,7 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = adl.AdaptiveDataLoader(Indexed(args.size), batch_size=args.batch, shuffle=args.shuffle)
+    loader.exact_batch = args.exact
     if args.autoscale:
         loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, args.local_max))
     if args.adp:

@@ -31,3 +31,23 @@ def test_replicas_agree_on_the_step_after_an_uneven_tail(tmp_path: Path, evaluat
     assert sorted({len(ranks) for ranks in progress.values()}) == [3]
     later = [ranks for (epoch, _), ranks in progress.items() if epoch == 1]
     assert later and all(len(set(ranks.values())) == 1 for ranks in later), later[0]
+
+
+def test_uneven_shares_update_as_one_process_would(tmp_path: Path) -> None:
+    """B0 = 16 split exactly over 3 replicas (6, 5, 5): each share weighs its size in the step,
+    so every update is the mean over the step's 16 samples, as on one process, not the mean
+    of three per-replica means. (Every step is B0, so the LR factor is 1 at both world sizes:
+    the noise statistics, measured differently at each, do not enter.)"""
+    import torch
+
+    args = ("--size", "96", "--batch", "16", "--epochs", "2", "--adp", "--exact", "--shuffle")
+    finals = {}
+    for world in (1, 3):
+        out = tmp_path / f"p{world}.pt"
+        codes = run_job(world, tmp_path / f"ckpt{world}", tmp_path / f"rec{world}", *args,
+                        "--params-out", str(out))  # fmt: skip
+        assert codes == [0] * world
+        finals[world] = torch.load(out)
+    assert finals[1]["samples"] == finals[3]["samples"] == 2 * 96
+    for name, want in finals[1]["params"].items():
+        torch.testing.assert_close(finals[3]["params"][name], want, rtol=1e-5, atol=1e-6)

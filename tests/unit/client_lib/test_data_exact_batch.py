@@ -61,3 +61,26 @@ def test_without_exact_batch_each_replica_takes_the_ceiling(make_context: MakeCo
     # with exact_batch, the same epoch is 16, 16 and 6 (2 + 2 + 2)
     ranks = _epoch(make_context, exact=True, size=38)
     assert [sum(len(r[i]) for r in ranks) for i in range(len(ranks[0]))] == [16, 16, 6]
+
+
+def test_each_share_weighs_its_size_in_its_step() -> None:
+    """The replicas' and micro-batches' gradients (each a mean over its share) are averaged with
+    equal weights; weighted, the average is the mean over the step's samples."""
+    from adl.client_lib.data import share_weights
+
+    plan = plan_micro_batches(40, 0, 3, 6, micro_batch=16)  # (6,5,5) (6,5,5) (3,3,2)
+    assert share_weights(plan, 1, 0, 3) == [6 * 3 / 16, 6 * 3 / 16, 3 * 3 / 8]
+    assert share_weights(plan, 1, 2, 3) == [5 * 3 / 16, 5 * 3 / 16, 2 * 3 / 8]
+    # two micro-batches a step: the second step holds the short tail alone
+    assert share_weights(plan, 2, 0, 3) == [6 * 3 * 2 / 32, 6 * 3 * 2 / 32, 3 * 3 / 8]
+    even = plan_micro_batches(36, 0, 3, 4)
+    assert share_weights(even, 3, 1, 3) == [1.0] * 3
+    for per_step in (1, 2):  # each share's part of the average is its part of the samples
+        for rank in range(3):
+            weights = share_weights(plan, per_step, rank, 3)
+            for start in range(0, len(plan), per_step):
+                step = plan[start : start + per_step]
+                total = sum(mb.size for mb in step)
+                for i, mb in enumerate(step):
+                    part = weights[start + i] / (3 * len(step))
+                    assert part == pytest.approx(mb.shares[rank] / total)
