@@ -15,8 +15,10 @@ Only the standard library: the shim imports this before anything else.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -56,17 +58,66 @@ OWN_ENTRIES = (
 )
 
 
+class UnsafeHome(PermissionError):
+    """The state directory, or a directory above it, is controlled by another user."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EPERM, message)
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_home_owner(home: Path) -> None:
+    """Refuse a home that another local user controls: the home must be ours, and every
+    directory above it ours or root's and not writable by others, unless sticky (``/tmp``),
+    where only its owner can move what it holds. Otherwise that user could read the jobs'
+    tokens, or swap in files that the daemon runs as us (a home under someone's ``/tmp/x``)."""
+    me = os.getuid()
+    path = Path(os.path.abspath(home))
+    for level, current in enumerate([path, *path.parents]):
+        try:
+            st = current.stat()
+        except FileNotFoundError:
+            continue  # created below, by us
+        mode = stat.S_IMODE(st.st_mode)
+        if level == 0 and st.st_uid != me:
+            raise UnsafeHome(
+                f"{current} is owned by {_owner(st.st_uid)}, not by you ({_owner(me)}): that "
+                "user could read your jobs' tokens and change what the daemon runs; use a "
+                "directory of your own"
+            )
+        if level > 0 and st.st_uid not in (me, 0):
+            raise UnsafeHome(
+                f"{current}, above {path}, is owned by {_owner(st.st_uid)}, who can replace "
+                "what is below it; use a directory whose parents are yours or root's"
+            )
+        if level > 0 and mode & 0o022 and not mode & stat.S_ISVTX:
+            raise UnsafeHome(
+                f"{current}, above {path}, is writable by others (mode {oct(mode)}), who can "
+                "replace what is below it; use a directory whose parents only you can write"
+            )
+        if level == 0 and mode & 0o022:
+            raise UnsafeHome(
+                f"{current} is writable by others (mode {oct(mode)}): they could replace adl's "
+                f"files in it; run chmod go-w {current}, or use another directory"
+            )
+
+
 def make_private_home(home: Path) -> None:
-    """Create the state directory 0700. A home that an older version (or a lax umask) left
-    open to others is closed, with adl's files in it, once: the files a running job already
-    wrote (its plan, token, logs) would otherwise stay readable."""
+    """Create the state directory 0700, after :func:`check_home_owner`. A home of ours that an
+    older version (or a lax umask) left readable by others is closed, with adl's files in it,
+    once: the files a running job already wrote (its plan, token, logs) would otherwise stay
+    readable."""
+    check_home_owner(home)
     home.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
     st = home.stat()
     mode = stat.S_IMODE(st.st_mode)
     if not mode & 0o077:
-        return
-    if st.st_uid != os.getuid():
-        log.warning("%s is readable by others and not ours to change (mode %s)", home, oct(mode))
         return
     narrowed = 0
     own = [home / name for name in OWN_ENTRIES]
