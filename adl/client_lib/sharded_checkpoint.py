@@ -31,6 +31,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from adl.client_lib import checkpoint, parallel_state
+from adl.client_lib.sharded_safe_load import SafeFileSystemReader, SafeLoadPlanner
 
 if TYPE_CHECKING:
     from adl.client_lib.sharded import AdaptiveShardedDataParallel
@@ -147,7 +148,8 @@ class ShardedCheckpointState:
         with self._adp.passthrough():  # initializes the optimizer's state with a step
             model_sd, optim_sd = get_state_dict(self._adp._model, self._adp.optimizer)
         holder: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
-        dcp.load(holder, checkpoint_id=str(source))  # each rank reads what its shards cover
+        # each rank reads what its shards cover; nothing in the files is run (sharded_safe_load)
+        dcp.load(holder, storage_reader=SafeFileSystemReader(source), planner=SafeLoadPlanner())
         set_state_dict(
             self._adp._model,
             self._adp.optimizer,
