@@ -129,6 +129,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bptt", type=int, default=35, help="sequence length")
     p.add_argument("--batch", type=int, default=20, help="training batch (sequences)")
     p.add_argument("--eval-batch", type=int, default=10, help="validation batch (sequences)")
+    p.add_argument("--max-batch", type=int, default=None, help="let adl grow the batch to this")
     p.add_argument("--emsize", type=int, default=32)
     p.add_argument("--nhid", type=int, default=32)
     p.add_argument("--nlayers", type=int, default=2)
@@ -172,10 +173,12 @@ def main(argv: Sequence[str] | None = None, on_step: Callable[[int], None] | Non
     torch.manual_seed(0)
     model = LSTMModel(args.vocab, args.emsize, args.nhid, args.nlayers)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    # adl: the training loader first: its batch is the job's (the validation one only evaluates)
+    # adl: the loader that trains sets the job's batch size (the validation one only evaluates)
     loader = adl.AdaptiveDataLoader(
         train, batch_size=args.batch, shuffle=True, collate_fn=sequence_first
     )
+    if args.max_batch is not None:  # adl: the batch size of the best goodput, up to this
+        loader.autoscale_batch_size(args.max_batch, local_bsz_bounds=(4, args.max_batch))
     val_loader = adl.AdaptiveDataLoader(
         valid, batch_size=args.eval_batch, collate_fn=sequence_first
     )
