@@ -193,6 +193,11 @@ def build_pod(
     template = copy.deepcopy(spec.template)
     tmeta = template.get("metadata") or {}
     pspec = copy.deepcopy(template.get("spec") or {})
+    # Placement is adl's: the pod is pinned to its node by affinity and bound by the default
+    # scheduler, which checks it fits. A template's nodeName would bind it anywhere, unchecked,
+    # and a schedulerName would hand it to a scheduler that ignores adl's allocation.
+    for field in OVERRIDDEN_FIELDS:
+        pspec.pop(field, None)
     containers = pspec["containers"]
     trainer = dict(containers[0])
     trainer.update(_trainer_command(trainer, replicas))
@@ -245,6 +250,8 @@ def build_pod(
 
 
 _VOLUMES = {"adl-checkpoint", "adl-token"}
+#: fields of a job's pod template that the worker pods never carry (see build_pod)
+OVERRIDDEN_FIELDS = ("nodeName", "schedulerName")
 
 
 def _pin_to_node(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:

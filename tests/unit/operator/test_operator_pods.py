@@ -159,3 +159,18 @@ def test_slot_resource_is_configurable() -> None:
     )
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"cpu": "3"}
+
+
+def test_a_templates_node_name_and_scheduler_never_reach_the_pods() -> None:
+    """Placement is adl's: a pod bound by nodeName, or handed to another scheduler, would run
+    where adl did not allocate it (and unchecked by kube-scheduler)."""
+    spec = AdaptiveJobSpec.model_validate(
+        {"template": {"spec": {"containers": [{"name": "t", "image": "i"}],
+                               "nodeName": "some-other-node", "schedulerName": "mine"}}}
+    )  # fmt: skip
+    pod = P.build_pod(JOB, spec, group=1, index=0, node="gpu-a", replicas=1, env={})
+    assert "nodeName" not in pod["spec"] and "schedulerName" not in pod["spec"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert "gpu-a" in str(terms)
