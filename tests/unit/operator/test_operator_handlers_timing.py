@@ -31,3 +31,13 @@ def test_settled_jobs_are_left_alone() -> None:
     for phase in ("Running", "Pending", "Succeeded", "Failed", "Suspended"):
         assert not time_based_work_due(body(phase=phase), None, NOW, 10), phase
     assert not time_based_work_due({"metadata": {"name": "j"}}, None, NOW, 10)
+
+
+def test_a_job_waiting_for_its_old_group_to_stop_is_rechecked_after_the_interval() -> None:
+    """Restarting with no backoff pending: waiting for the old group's pods to go. A pod on a
+    node that went down never goes, and no event says so: only a recheck reports
+    WaitingForStop on time."""
+    restarting = body(phase="Restarting", reason="Resizing")
+    assert time_based_work_due(restarting, None, NOW, 10)
+    assert not time_based_work_due(restarting, 3.0, NOW, 10)
+    assert time_based_work_due(restarting, 10.0, NOW, 10)
