@@ -105,6 +105,7 @@ def test_hf_clm_resized_and_suspended_logs_and_reports_as_an_uninterrupted_run(
     daemon_factory: Any, backend: Any, home: Path, tmp_path: Path, uninterrupted: dict[str, Any]
 ) -> None:
     out = tmp_path / "out"
+    seen: list[int | None] = []
     got = run_elastic(
         daemon_factory,
         backend,
@@ -113,8 +114,11 @@ def test_hf_clm_resized_and_suspended_logs_and_reports_as_an_uninterrupted_run(
         python(str(WORKER), str(EXAMPLE), *ARGS, "--output-dir", str(out)),
         gates=(5, 15),  # grow in epoch 0, suspend in epoch 1
         out=tmp_path / "elastic.json",
+        on_poll=lambda status: seen.append(status.batch_size),
     )
     finished = time.time()
+    # what `adl ls` showed at every poll: B0 (or nothing before the first report)
+    assert {b for b in seen if b is not None} == {B0}, sorted(set(seen), key=str)
     want = uninterrupted["history"]
     assert [e["step"] for e in want if "loss" in e] == list(range(3, STEPS + 1, 3))
     assert_same_history(untimed(got), untimed(want))
