@@ -82,6 +82,9 @@ WORKER_ENV_VARS = (
 ENV_STOP_FILE = "ADL_STOP_FILE"
 #: Seconds a worker gives itself to checkpoint after a stop request before exiting anyway.
 ENV_GRACE_PERIOD_S = "ADL_GRACE_PERIOD_S"
+#: Seconds between periodic checkpoints (0: none; unset: every 5 minutes, or at most 2% of the
+#: training time when a save is slow).
+ENV_CHECKPOINT_INTERVAL_S = "ADL_CHECKPOINT_INTERVAL_S"
 #: torch.distributed timeout of the job's process group, in seconds.
 ENV_DIST_TIMEOUT_S = "ADL_DIST_TIMEOUT_S"
 #: A directory for TensorBoard scalars (goodput, batch size, LR scale, noise scale...) that

@@ -123,6 +123,9 @@ class JobContext:
         self.restart = RestartClock()
         # Called once the declared epochs are done (AdaptiveDataParallel: a last report).
         self.work_done_hooks: list[Callable[[], None]] = []
+        # Called after a periodic checkpoint (AdaptiveDataParallel: the step-time profile skips
+        # the interval the save took).
+        self.checkpoint_hooks: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ placement
 

@@ -30,7 +30,7 @@ from adl.client_lib.context import JobContext
 from adl.client_lib.env import context
 from adl.client_lib.epoch import STATE_NAME as EPOCH_STATE
 from adl.client_lib.epoch import EpochState
-from adl.client_lib.preemption import stop_and_exit
+from adl.client_lib.preemption import act_at_step_boundary
 from adl.sched.goodput import BatchBounds
 
 log = logging.getLogger(__name__)
@@ -511,8 +511,8 @@ class AdaptiveDataLoader:
         weights = share_weights(plan, per_step, rank, replicas)
         try:
             for i, (mb, batch) in enumerate(zip(plan, loader, strict=True)):
-                if i % per_step == 0 and monitor is not None and monitor.poll():
-                    stop_and_exit(ctx)
+                if i % per_step == 0 and monitor is not None:
+                    act_at_step_boundary(ctx)  # a stop, or a periodic checkpoint
                 ctx.is_sync_step = (i % per_step == per_step - 1) or i == last
                 # Counted as consumed once handed out: a checkpoint taken in the loop body (after
                 # the step) or after a ``break`` must not replay this batch.

@@ -213,6 +213,9 @@ class AdaptiveDataParallel(nn.Module):
                 hooks = _ctx_attr(self._ctx, "work_done_hooks", None)
                 if hooks is not None:
                     hooks.append(self._final_report)
+        saved = _ctx_attr(self._ctx, "checkpoint_hooks", None)
+        if saved is not None:
+            saved.append(self.profile.pause)  # a periodic save is no step time
         self._register_goodput_provider()
 
     def _make_stats(self, groups: list[int], stats_interval: int) -> GradStats:

@@ -17,7 +17,15 @@ from torch.utils.data import TensorDataset
 import adl
 from adl.client_lib import checkpoint
 from adl.client_lib.context import JobContext
-from adl.client_lib.preemption import EXIT_CODE, PreemptionMonitor, check_preemption
+from adl.client_lib.preemption import (
+    CHECKPOINT,
+    EXIT_CODE,
+    NONE,
+    STOP,
+    PreemptionMonitor,
+    check_preemption,
+    checkpoint_interval_from_env,
+)
 
 MakeContext = Callable[..., JobContext]
 
@@ -99,3 +107,66 @@ def test_check_preemption_for_custom_loops(make_context: MakeContext, tmp_path: 
         check_preemption()
     assert stopped.value.code == EXIT_CODE
     assert (tmp_path / "ckpt" / checkpoint.FILENAME).exists()
+
+
+def test_a_periodic_checkpoint_is_due_after_its_interval_then_again_after_the_next() -> None:
+    now = [0.0]
+    monitor = PreemptionMonitor(checkpoint_interval_s=10.0, clock=lambda: now[0])
+    assert monitor.next_action() == NONE
+    now[0] = 10.0
+    assert monitor.next_action() == CHECKPOINT
+    monitor.checkpointed(took_s=0.5)
+    now[0] = 19.0
+    assert monitor.next_action() == NONE
+    now[0] = 20.0
+    assert monitor.next_action() == CHECKPOINT
+    monitor.request_stop()
+    assert monitor.next_action() == STOP  # a stop wins over a due checkpoint
+    monitor.uninstall()
+
+
+def test_the_default_interval_keeps_saving_within_its_budget() -> None:
+    """Unset: every 5 minutes, or 50 save durations apart when saving is slow (2%)."""
+    monitor = PreemptionMonitor()
+    assert monitor.checkpoint_interval() == 300.0
+    monitor.checkpointed(took_s=12.0)
+    assert monitor.checkpoint_interval() == pytest.approx(600.0)
+    off = PreemptionMonitor(checkpoint_interval_s=0.0, clock=lambda: 1e9)
+    assert off.next_action() == NONE
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"), [(None, None), ("", None), ("0", 0.0), ("1", 1.0), ("3600", 3600.0)]
+)
+def test_the_interval_from_the_environment(raw: str | None, want: float | None) -> None:
+    environ = {} if raw is None else {"ADL_CHECKPOINT_INTERVAL_S": raw}
+    assert checkpoint_interval_from_env(environ) == want
+
+
+@pytest.mark.parametrize("raw", ["0.5", "-1", "1e9", "nan", "inf", "soon"])
+def test_a_bad_interval_is_refused_with_its_bounds(raw: str) -> None:
+    with pytest.raises(ValueError, match="ADL_CHECKPOINT_INTERVAL_S must be"):
+        checkpoint_interval_from_env({"ADL_CHECKPOINT_INTERVAL_S": raw})
+
+
+def test_the_loader_takes_a_periodic_checkpoint_and_goes_on(
+    make_context: MakeContext, tmp_path: Path
+) -> None:
+    """At the step boundary where it is due: the checkpoint holds every step before it, and the
+    iteration continues (no exit); the hooks (the profile's pause) run after the save."""
+    ctx = make_context(ADL_CHECKPOINT_INTERVAL_S="1")
+    assert ctx.preemption is not None
+    now = [0.0]
+    ctx.preemption._clock = lambda: now[0]
+    ctx.preemption.checkpointed(0.0)
+    hooked: list[int] = []
+    taken = 0
+    ctx.checkpoint_hooks.append(lambda: hooked.append(taken))
+    loader = _loader()
+    for _batch in loader:
+        taken += 1
+        if taken == 3:
+            now[0] = 1.0  # the interval has passed: the next boundary saves
+    assert taken == 8 and hooked == [3]  # 30 samples in batches of 4: all 8, one save
+    states = checkpoint.load(tmp_path / "ckpt")
+    assert states is not None and states["data"]["offset"] == 12  # 3 batches of 4 consumed

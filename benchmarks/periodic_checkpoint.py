@@ -1,0 +1,105 @@
+"""What periodic checkpoints cost a training loop: step time with and without them.
+
+Trains an MLP through AdaptiveDataLoader and AdaptiveDataParallel in one process for a fixed
+number of steps, once with periodic checkpoints off (``ADL_CHECKPOINT_INTERVAL_S=0``) and once
+at each interval asked for, and prints the wall time, the saves, their mean duration and the
+overhead against the run without them. The default interval (unset) is 5 minutes, or 50 save
+durations when a save is slow, so at most 2% of training time goes to saving; short intervals
+here make the cost measurable in a short run.
+
+    .venv/bin/python benchmarks/periodic_checkpoint.py --json periodic_checkpoint.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CHILD = "--child"
+
+
+def child(width: int, steps: int) -> None:
+    """One run (its environment says the interval); prints its figures as JSON."""
+    import time
+
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    import adl
+
+    torch.set_num_threads(1)
+    ctx = adl.init_process_group()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    net = adl.AdaptiveDataParallel(model, opt, report=False)
+    data = TensorDataset(torch.randn(steps * 8, width))
+    loader = adl.AdaptiveDataLoader(data, batch_size=8)
+    saves: list[float] = []
+    monitor = ctx.preemption
+    assert monitor is not None
+    ctx.checkpoint_hooks.append(lambda: saves.append(monitor._save_s))
+    start = time.perf_counter()
+    for (x,) in loader:
+        net(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    wall = time.perf_counter() - start
+    params = sum(p.numel() for p in model.parameters())
+    print(json.dumps({"wall_s": wall, "saves": saves, "params": params}))
+
+
+def run(width: int, steps: int, interval: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ)
+        env.update(
+            ADL_CHECKPOINT_DIR=str(Path(tmp) / "ckpt"),
+            ADL_CHECKPOINT_INTERVAL_S=str(interval),
+            OMP_NUM_THREADS="1",
+        )
+        cmd = [sys.executable, __file__, CHILD, str(width), str(steps)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == CHILD:
+        child(int(sys.argv[2]), int(sys.argv[3]))
+        return
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--widths", default="256,1024", help="MLP widths (2 layers of width^2)")
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--intervals", default="2,5", help="seconds between checkpoints")
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args()
+    rows = []
+    print("| params | interval s | wall s | saves | mean save s | overhead |")
+    print("|---|---|---|---|---|---|")
+    for width in (int(w) for w in a.widths.split(",")):
+        base = run(width, a.steps, 0.0)
+        print(f"| {base['params']:,} | off | {base['wall_s']:.2f} | 0 | - | - |", flush=True)
+        rows.append({"width": width, "interval_s": 0.0, **base})
+        for interval in (float(i) for i in a.intervals.split(",")):
+            got = run(width, a.steps, interval)
+            saves = got["saves"]
+            mean = sum(saves) / len(saves) if saves else 0.0
+            overhead = got["wall_s"] / base["wall_s"] - 1.0
+            print(
+                f"| {got['params']:,} | {interval:g} | {got['wall_s']:.2f} | {len(saves)} | "
+                f"{mean:.3f} | {overhead:+.1%} |",
+                flush=True,
+            )
+            rows.append({"width": width, "interval_s": interval, "overhead": overhead, **got})
+    if a.json is not None:
+        a.json.write_text(json.dumps({"args": {**vars(a), "json": str(a.json)}, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
