@@ -14,7 +14,7 @@ from framework_run import python, reference, run_elastic
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parents[1] / "examples" / "sharded_train.py"
-WORKER = HERE / "sharded_gated_worker.py"
+WORKER = HERE / "gated_example.py"
 ARGS = ("--epochs", "2", "--size", "384", "--batch", "16")  # 24 steps an epoch
 GATES = (10, 30)  # grow in epoch 0, suspend in epoch 1
 
@@ -41,7 +41,7 @@ def test_sharded_example_resized_and_suspended_trains_as_an_uninterrupted_run(
         backend,
         home,
         "fsdp",
-        python(str(WORKER), *ARGS),
+        python(str(WORKER), str(EXAMPLE), *ARGS),
         gates=GATES,
         out=tmp_path / "elastic.json",
     )

@@ -14,7 +14,7 @@ from adl.models import AdaptiveJobStatus
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parents[1] / "examples" / "word_lm.py"
-WORKER = HERE / "word_lm_gated_worker.py"
+WORKER = HERE / "gated_example.py"
 # 7002 tokens: 180 training sequences of 35 (9 steps an epoch at batch 20, no uneven tail), 20
 # validation sequences (batch 10)
 ARGS = ("--epochs", "4", "--tokens", "7002", "--batch", "20", "--eval-batch", "10")
@@ -35,7 +35,7 @@ def test_word_lm_resized_and_suspended_prints_the_uninterrupted_runs_numbers(
         backend,
         home,
         "lm",
-        python(str(WORKER), *ARGS),
+        python(str(WORKER), str(EXAMPLE), *ARGS),
         gates=GATES,
         out=tmp_path / "elastic.json",
         on_poll=poll,
