@@ -63,12 +63,14 @@ def run_elastic(
     (to check what a user would see at any moment)."""
     policy = FixedPolicy()
     policy.replicas[name] = 1
-    # the status shows the workers' hints only when they can reach the worker API
     d = daemon_factory(policy, slots=2, api=on_poll is not None)
     first, second = gates
+    # watched: the first hints report within a second of each start, not after 30 s (a short
+    # run could finish first); the worker API must be up for it
+    env = [{"name": "ADL_REPORT_INTERVAL", "value": "1"}] if on_poll is not None else []
     spec = AdaptiveJobSpec.model_validate(
         {
-            "template": {"spec": {"containers": [{"name": "t", "command": [
+            "template": {"spec": {"containers": [{"name": "t", "env": env, "command": [
                 *command[:2], "--gates", f"1:{first},2:{second}", "--", *command[2:],
                 "--out", str(out),
             ]}]}},

@@ -117,8 +117,9 @@ def test_hf_clm_resized_and_suspended_logs_and_reports_as_an_uninterrupted_run(
         on_poll=lambda status: seen.append(status.batch_size),
     )
     finished = time.time()
-    # what `adl ls` showed at every poll: B0 (or nothing before the first report)
-    assert {b for b in seen if b is not None} == {B0}, sorted(set(seen), key=str)
+    # what `adl ls` showed at every poll: B0, or nothing before a first report (the starts here
+    # take a fraction of a second, often less than the first report needs)
+    assert {b for b in seen if b is not None} <= {B0}, sorted(set(seen), key=str)
     want = uninterrupted["history"]
     assert [e["step"] for e in want if "loss" in e] == list(range(3, STEPS + 1, 3))
     assert_same_history(untimed(got), untimed(want))

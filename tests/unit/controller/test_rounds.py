@@ -320,7 +320,7 @@ def test_speedup_cache_forgets_jobs_that_left() -> None:
 
 
 def test_current_goodput_from_the_reported_model() -> None:
-    from adl.controller.rounds import current_goodput
+    from adl.controller.status_hints import current_goodput
     from adl.sched.hints import goodput_from_hints
 
     assert current_goodput(None, 2) is None
