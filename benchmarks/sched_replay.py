@@ -11,12 +11,16 @@ per workload). ``--bound`` adds the LP lower bound on average JCT of each worklo
     .venv/bin/python benchmarks/sched_replay.py [--policies adl,sia,pollux,tiresias,optimus]
         [--workloads 1,2,3,4] [--generated K] [--load 1.0] [--hide-remaining]
         [--jobs N] [--traces DIR] [--seed 0] [--json PATH] [--policy-knob NAME=VALUE ...]
-        [--fixed-rounds] [--bound]
+        [--fixed-rounds] [--peer-conditions] [--bound]
 
 ``--generated K`` adds K workloads from :mod:`adl.sched.sim.generate` (seeds 1..K, jobs the
 policies were never tuned on); ``--jobs N`` runs N replays in parallel processes. adl is
 replayed as its operator runs it, with a round also when a job arrives or finishes;
 ``--fixed-rounds`` makes it reschedule only every 60 s, as the published baselines do.
+``--peer-conditions`` replays every policy in the peer-conditions mode of issue 34
+(:func:`adl.sched.sim.simulator.peer_conditions`: 60 s rounds only, per-model restart delays,
+models fitted online) and adds a table of restarts per job per application and the most
+resumes of one job within an hour.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from adl.sched.sim.policies import (  # noqa: E402
     uses_oracle,
 )
 from adl.sched.sim.published import PUBLISHED_LABEL, published_avg_jct  # noqa: E402
-from adl.sched.sim.simulator import SimConfig, simulate  # noqa: E402
+from adl.sched.sim.simulator import SimConfig, peer_conditions, simulate  # noqa: E402
 from adl.sched.sim.traces import default_traces_dir, load_traces  # noqa: E402
 from adl.sched.sim.workload import WorkloadJob, load_workload  # noqa: E402
 
@@ -69,6 +73,7 @@ class Task:
     load: float = 1.0
     knobs: tuple[tuple[str, float], ...] = ()  # adl policy constants (adl only)
     fixed_rounds: bool = False  # adl too reschedules only every 60 s
+    peer: bool = False  # the peer-conditions mode (issue 34)
 
     def jobs(self) -> list[WorkloadJob]:
         if self.path is not None:
@@ -88,9 +93,13 @@ def run_task(task: Task) -> dict[str, Any]:
         task.jobs(),
         make_policy(task.policy, task.seed, dict(task.knobs) if task.policy == "adl" else None),
         traces=apps,
-        config=SimConfig(
-            hide_remaining=task.hide_remaining,
-            rounds_on_events=rounds_on_events(task.policy) and not task.fixed_rounds,
+        config=(
+            peer_conditions(hide_remaining=task.hide_remaining)
+            if task.peer
+            else SimConfig(
+                hide_remaining=task.hide_remaining,
+                rounds_on_events=rounds_on_events(task.policy) and not task.fixed_rounds,
+            )
         ),
     )
     row = summarize(result)
@@ -153,6 +162,7 @@ def build_tasks(args: argparse.Namespace) -> list[Task]:
             load=args.load,
             knobs=knobs,
             fixed_rounds=args.fixed_rounds,
+            peer=args.peer_conditions,
         )
         for p in policies
         for label, path, gen in sources
@@ -171,6 +181,7 @@ MEAN_COLUMNS = (
     ("restarts_per_job", "restarts", ".2f"),
     ("round_ms_p50", "round p50 ms", ".1f"),
     ("round_ms_p95", "round p95 ms", ".1f"),
+    ("max_resumes_per_hour", "resumes/h max", ".0f"),
 )
 
 
@@ -186,8 +197,11 @@ def side_by_side(rows: list[dict[str, Any]], bounds: dict[str, float | None]) ->
         mine = [r for r in rows if r["policy"] == p]
         means[p] = {}
         for key, _, _ in MEAN_COLUMNS:
-            values = [r[key] for r in mine if r[key] is not None]
-            means[p][key] = sum(values) / len(values) if values else None
+            values = [r[key] for r in mine if r.get(key) is not None]
+            if key == "max_resumes_per_hour":  # the worst job of any workload, not a mean
+                means[p][key] = max(values) if values else None
+            else:
+                means[p][key] = sum(values) / len(values) if values else None
     known = [b for b in bounds.values() if b is not None]
     return {
         "avg_jct_s": table,
@@ -230,6 +244,28 @@ def render_side_by_side(view: dict[str, Any]) -> str:
     for p in policies:
         lines.append(
             f"{p:<12}" + "".join(f"{_fmt(means[p][k], spec):>14}" for k, _, spec in MEAN_COLUMNS)
+        )
+    return "\n".join(lines)
+
+
+def restarts_table(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Restarts per job of each application, per policy (the mean over the workloads in which
+    the application appears)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        for app, v in r.get("restarts_per_job_by_app", {}).items():
+            out.setdefault(r["policy"], {}).setdefault(app, []).append(v)
+    return {p: {a: sum(v) / len(v) for a, v in apps.items()} for p, apps in out.items()}
+
+
+def render_restarts(table: dict[str, dict[str, float]]) -> str:
+    policies = list(table)
+    apps = sorted({a for t in table.values() for a in t})
+    head = f"{'restarts/job':<14}" + "".join(f"{p:>12}" for p in policies)
+    lines = [head, "-" * len(head)]
+    for app in apps:
+        lines.append(
+            f"{app:<14}" + "".join(f"{_fmt(table[p].get(app), '.2f'):>12}" for p in policies)
         )
     return "\n".join(lines)
 
@@ -304,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="adl too reschedules only every 60 s, not also when a job arrives or finishes",
     )
+    ap.add_argument(
+        "--peer-conditions",
+        action="store_true",
+        help="every policy in the peer-conditions mode (issue 34): 60 s rounds only, per-model "
+        "restart delays, models fitted online",
+    )
     args = ap.parse_args(argv)
 
     tasks = build_tasks(args)
@@ -334,16 +376,21 @@ def main(argv: list[str] | None = None) -> int:
     print(render(rows))
     print()
     print(render_side_by_side(view))
+    by_app = restarts_table(rows)
+    print()
+    print(render_restarts(by_app))
     print(f"\n{len(rows)} replays in {total:.1f} s wall ({args.jobs} process(es))")
     if args.json is not None:
         doc = {
             "hide_remaining": args.hide_remaining,
             "policy_knobs": dict(tasks[0].knobs),
             "fixed_rounds": args.fixed_rounds,
+            "peer_conditions": args.peer_conditions,
             "seed": args.seed,
             "load": args.load,
             "results": rows,
             "side_by_side": view,
+            "restarts_per_job_by_app": by_app,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -191,6 +191,15 @@ def register(app: typer.Typer) -> None:
                 "finishes (how the published baselines were replayed)",
             ),
         ] = False,
+        peer_conditions: Annotated[
+            bool,
+            typer.Option(
+                "--peer-conditions",
+                help="the peer-conditions mode (issue 34): rounds every 60 s only for every "
+                "policy, per-model restart delays (cifar10 50 s, deepspeech2 25, yolov3 80, "
+                "bert 120, imagenet 250, ncf 30), models fitted online from what each job ran",
+            ),
+        ] = False,
     ) -> None:
         """Replay workloads on the trace-driven simulator and report JCT figures."""
         single_threaded_blas()
@@ -198,6 +207,7 @@ def register(app: typer.Typer) -> None:
         from adl.sched.sim.metrics import summarize
         from adl.sched.sim.policies import POLICY_NAMES, rounds_on_events, uses_oracle
         from adl.sched.sim.simulator import SimConfig
+        from adl.sched.sim.simulator import peer_conditions as peer_mode
         from adl.sched.sim.traces import default_traces_dir, load_traces
         from adl.sched.sim.workload import workload_paths
 
@@ -249,12 +259,16 @@ def register(app: typer.Typer) -> None:
         several = len(policies) > 1
         for path in paths:
             for name in policies:
-                events = rounds_on_events(name) and not fixed_rounds
+                events = rounds_on_events(name) and not (fixed_rounds or peer_conditions)
                 config = SimConfig(
                     hide_remaining=hide_remaining,
                     rounds_on_events=events,
                     explain=decisions_path is not None,
                 )
+                if peer_conditions:
+                    config = peer_mode(
+                        hide_remaining=hide_remaining, explain=decisions_path is not None
+                    )
                 t0 = time.perf_counter()
                 try:
                     result = replay(
@@ -291,7 +305,9 @@ def register(app: typer.Typer) -> None:
                     "policy_knobs": knobs if name == "adl" else {},
                     "seed": seed,
                     "hide_remaining": hide_remaining,
-                    "rounds_on_events": rounds_on_events(name) and not fixed_rounds,
+                    "rounds_on_events": rounds_on_events(name)
+                    and not (fixed_rounds or peer_conditions),
+                    "peer_conditions": peer_conditions,
                     "traces": str(traces_dir),
                     "workloads": reports[name],
                 }

@@ -51,6 +51,8 @@ class SimJob:
     completion_time: int | None = None
     attained_service: float = 0.0
     restarts: int | None = None  # None until the first start
+    #: simulated times at which the job was resumed: given GPUs again after a preemption
+    resume_times: list[int] = field(default_factory=list)
     #: (nodes, replicas, micro-batch) -> (step_time, sync_time) the job has measured
     profile: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
     #: seconds without progress after every (re)start (a what-if knob of the simulator)
@@ -225,9 +227,13 @@ class SimJob:
 
     # ------------------------------------------------------------------ events
 
-    def reallocate(self, placement: tuple[int, ...]) -> None:
-        """Apply a changed allocation: a (re)start with its delay, or a wait with no GPUs."""
+    def reallocate(self, placement: tuple[int, ...], now: int | None = None) -> None:
+        """Apply a changed allocation: a (re)start with its delay, or a wait with no GPUs;
+        ``now`` (when given) records a resume after a preemption in ``resume_times``."""
+        waiting = not self.placement
         self.placement = tuple(x for x in placement if x)
+        if self.placement and waiting and self.restarts is not None and now is not None:
+            self.resume_times.append(now)
         if not self.placement:
             self.batch = BatchConfig(0, 0)
             return

@@ -29,7 +29,31 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "jobs": len(result.jobs),
         "finished": len(done),
         "rounds": len(result.round_s),
+        "restarts_per_job_by_app": restarts_by_app(result),
+        "max_resumes_per_hour": max(
+            (max_resumes_within(j.resume_times) for j in result.jobs), default=0
+        ),
     }
+
+
+def restarts_by_app(result: SimResult) -> dict[str, float]:
+    """Mean restarts per job of each application (the first start is not a restart)."""
+    apps: dict[str, list[int]] = {}
+    for job in result.jobs:
+        apps.setdefault(job.application, []).append(job.restarts)
+    return {app: float(np.mean(v)) for app, v in sorted(apps.items())}
+
+
+def max_resumes_within(times: tuple[int, ...] | list[int], window_s: int = 3600) -> int:
+    """The most resumes (GPUs given again after a preemption) of one job within any window of
+    ``window_s`` seconds (issue 34: at most 5 within an hour)."""
+    ordered = sorted(times)
+    best, lo = 0, 0
+    for hi, t in enumerate(ordered):
+        while t - ordered[lo] >= window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
 
 
 def per_job(result: SimResult) -> list[dict[str, Any]]:

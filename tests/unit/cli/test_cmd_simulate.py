@@ -277,3 +277,15 @@ def test_decisions_log_every_allocation_change_with_its_reason(tmp_path: Path) -
     times = [int(r[1]) for r in rows]
     assert times == sorted(times)
     assert any(why.startswith(("grew", "shrank")) and "speedup" in why for *_, why in rows)
+
+
+def test_peer_conditions_replays_adl_every_60_s_with_per_model_restarts(tmp_path: Path) -> None:
+    wl = small_workload(tmp_path / "small.csv")
+    out = tmp_path / "peer.json"
+    res = invoke(str(wl), "--traces", str(TRACES), "--json", str(out), "--peer-conditions")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["peer_conditions"] is True and doc["rounds_on_events"] is False
+    small = doc["workloads"]["small"]
+    assert set(small["restarts_per_job_by_app"]) == {"cifar10", "ncf"}
+    assert small["max_resumes_per_hour"] >= 0
