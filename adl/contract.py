@@ -87,6 +87,14 @@ ENV_GRACE_PERIOD_S = "ADL_GRACE_PERIOD_S"
 ENV_CHECKPOINT_INTERVAL_S = "ADL_CHECKPOINT_INTERVAL_S"
 #: torch.distributed timeout of the job's process group, in seconds.
 ENV_DIST_TIMEOUT_S = "ADL_DIST_TIMEOUT_S"
+#: Hung-rank detection: the floor, in seconds, of how long a rank may make no step progress
+#: before its group is stopped and restarted from the last checkpoint (0: never; default 45).
+ENV_HANG_TIMEOUT_S = "ADL_HANG_TIMEOUT_S"
+#: ... and how many of the rank's own step times it may make no progress for, above the floor
+#: (default 10).
+ENV_HANG_STEP_MULTIPLE = "ADL_HANG_STEP_MULTIPLE"
+#: Seconds between the heartbeats every rank sends (its step count and step time; default 5).
+ENV_HEARTBEAT_INTERVAL_S = "ADL_HEARTBEAT_INTERVAL_S"
 #: A directory for TensorBoard scalars (goodput, batch size, LR scale, noise scale...) that
 #: rank 0 of AdaptiveDataParallel writes; unset means none are written.
 ENV_TENSORBOARD_DIR = "ADL_TENSORBOARD_DIR"

@@ -425,6 +425,64 @@ class AdaptiveJobStatus(_Model):
         return self.restarts.get(cause, 0)
 
 
+# --------------------------------------------------------------------------- heartbeats
+
+
+#: Bounds on a heartbeat (every rank -> the controller; see adl.controller.liveness)
+#: the most steps a rank may report (2**53: exact as a float, far beyond any run)
+MAX_STEPS = 2**53
+#: seconds: the longest step time a rank may report (an hour, as the throughput model's)
+MAX_STEP_TIME_S = 3600.0
+#: seconds between heartbeats: the bounds a rank's interval is kept within
+MIN_HEARTBEAT_INTERVAL_S, MAX_HEARTBEAT_INTERVAL_S = 1.0, 60.0
+#: seconds: the bounds of the hang floor a job may ask for (0 turns detection off)
+MIN_HANG_TIMEOUT_S, MAX_HANG_TIMEOUT_S = 5.0, 86400.0
+#: the bounds of the multiple of its step time a rank may make no progress for
+MIN_HANG_STEP_MULTIPLE, MAX_HANG_STEP_MULTIPLE = 2.0, 1000.0
+
+
+class Heartbeat(_Model):
+    """What each rank says, every few seconds, from a background thread: that it is alive and
+    how far it got (``PUT /v1/jobs/{ns}/{name}/heartbeat``). A process stopped or stuck in the
+    kernel sends nothing, so the rank whose heartbeat is stale is the one a hang names. The
+    controller keeps the time a heartbeat arrived by its own clock: no worker time is trusted."""
+
+    group: int = Field(ge=0, le=MAX_STEPS, description="the worker group (ADL_GROUP)")
+    rank: int = Field(ge=0, lt=MAX_REPLICAS, description="the rank (ADL_RANK)")
+    steps: int = Field(
+        ge=0, le=MAX_STEPS, description="step boundaries this process reached (0: not started)"
+    )
+    step_time_s: float | None = Field(
+        default=None, ge=0, le=MAX_STEP_TIME_S, description="this rank's recent step time"
+    )
+    interval_s: float = Field(
+        default=5.0,
+        ge=MIN_HEARTBEAT_INTERVAL_S,
+        le=MAX_HEARTBEAT_INTERVAL_S,
+        description="seconds until its next heartbeat",
+    )
+    saving: bool = Field(default=False, description="in a checkpoint save (no steps meanwhile)")
+    hang_timeout_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_HANG_TIMEOUT_S,
+        description="the job's hang floor in seconds (ADL_HANG_TIMEOUT_S; 0: no detection)",
+    )
+    hang_step_multiple: float | None = Field(
+        default=None,
+        ge=MIN_HANG_STEP_MULTIPLE,
+        le=MAX_HANG_STEP_MULTIPLE,
+        description="step times of no progress before a hang (ADL_HANG_STEP_MULTIPLE)",
+    )
+
+    @field_validator("hang_timeout_s")
+    @classmethod
+    def _floor_or_off(cls, value: float | None) -> float | None:
+        if value is not None and value != 0 and value < MIN_HANG_TIMEOUT_S:
+            raise ValueError(f"must be 0 (off) or at least {MIN_HANG_TIMEOUT_S:g} seconds")
+        return value
+
+
 # --------------------------------------------------------------------------- rendezvous
 
 

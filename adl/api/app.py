@@ -3,6 +3,8 @@
 - ``PUT /v1/jobs/{ns}/{name}/hints``: a job's report (bearer token of that job)
 - ``GET /v1/jobs/{ns}/{name}/hints``: the last report (same token)
 - ``GET /v1/jobs/{ns}/{name}/group``: rendezvous/discovery of the current worker group
+- ``PUT /v1/jobs/{ns}/{name}/heartbeat``: a rank's liveness and step count (same token), for
+  hung-rank detection (``adl.controller.liveness``)
 - ``/healthz`` (process alive), ``/readyz`` (store answers), ``/metrics`` (Prometheus; or on
   an app of its own, ``create_metrics_app``, served on another port)
 - ``/openapi.json`` and ``/docs`` (FastAPI's own), only with ``docs=True``
@@ -25,7 +27,7 @@ from adl.api.auth import bearer_token, check
 from adl.api.limits import BodyLimit
 from adl.api.metrics import CONTENT_TYPE, AdlMetrics
 from adl.api.store import ApiStore, UnknownJob, call
-from adl.models import GroupInfo, Hints
+from adl.models import GroupInfo, Heartbeat, Hints
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +164,20 @@ def create_app(
         except UnknownJob:
             raise _gone(job) from None
         return Response(status_code=204) if hints is None else hints
+
+    @app.put(
+        "/v1/jobs/{namespace}/{name}/heartbeat",
+        status_code=204,
+        responses={401: {}, 403: {}, 404: {}, 422: {}},
+        tags=["jobs"],
+    )
+    async def put_heartbeat(job: Job, beat: Heartbeat) -> Response:
+        """Record that a rank of the job is alive and how far it got."""
+        try:
+            await call(store.put_heartbeat, job, beat)
+        except UnknownJob:
+            raise _gone(job) from None
+        return Response(status_code=204)
 
     @app.get(
         "/v1/jobs/{namespace}/{name}/group",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, TypeVar
 
-from adl.models import AdaptiveJobStatus, GroupInfo, Hints
+from adl.models import AdaptiveJobStatus, GroupInfo, Heartbeat, Hints
 
 T = TypeVar("T")
 MaybeAwaitable: TypeAlias = T | Awaitable[T]
@@ -45,6 +45,11 @@ class ApiStore(Protocol):
 
     def get_hints(self, job: str) -> MaybeAwaitable[Hints | None]:
         """The last report, None before the first; raise ``UnknownJob`` when the job is gone."""
+        ...
+
+    def put_heartbeat(self, job: str, beat: Heartbeat) -> MaybeAwaitable[None]:
+        """Hand a rank's heartbeat to the controller's ``ProgressBook`` (it stamps the time);
+        raise ``UnknownJob`` when the job is gone."""
         ...
 
     def group_info(self, job: str) -> MaybeAwaitable[GroupInfo | None]:

@@ -29,6 +29,7 @@ from enum import StrEnum
 from adl.contract import EXIT_STOPPED as EXIT_STOPPED
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.env import node_slots
+from adl.controller.liveness import RankProgress, judge, progressing
 from adl.controller.status_hints import show_hints
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, RestartCause
 
@@ -100,6 +101,8 @@ class ObservedWorkers:
     exit code observed once is not forgotten before the controller has acted on it)."""
 
     replicas: tuple[ReplicaState, ...] = ()
+    #: what the ranks' heartbeats said of their progress (``adl.controller.liveness``)
+    progress: tuple[RankProgress, ...] = ()
 
     def of_group(self, group: int) -> list[ReplicaState]:
         return sorted((r for r in self.replicas if r.group == group), key=lambda r: r.rank)
@@ -157,6 +160,9 @@ class _Step:
     desired: list[str] | None
     now: datetime
     timing: Timing
+    #: stop with no grace (a hang: a stopped rank does not act on SIGTERM, its peers are
+    #: blocked where they cannot checkpoint)
+    hard_stop: bool = False
     status: AdaptiveJobStatus = field(init=False)
     actions: list[Action] = field(default_factory=list)
 
@@ -165,7 +171,7 @@ class _Step:
 
     @property
     def grace(self) -> int:
-        return self.spec.termination_grace_period_seconds
+        return 0 if self.hard_stop else self.spec.termination_grace_period_seconds
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.actions.append(EmitEvent(type_, reason, message))
@@ -392,6 +398,8 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
             f"rank {who} was stopped or removed outside adl's control",
         )
         return
+    if st.phase == Phase.RUNNING and _hung(s, current, expected):
+        return
     if s.desired is not None and not same_placement(s.desired, st.allocation):
         enough = len(s.desired) >= max(spec.min_replicas, 1)
         _restart(
@@ -427,6 +435,35 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
     waiting = next((r for r in current if r.alive and r.reason), None)
     if waiting is not None:  # e.g. ContainerCreating, Unschedulable: tell the user why
         s.phase(Phase.STARTING, waiting.reason, f"rank {waiting.rank}: {waiting.message}")
+
+
+#: the condition a hang leaves (False, with what was said) until the next group trains, and
+#: the status reason and event of the restart it causes
+PROGRESSING = "Progressing"
+NO_PROGRESS = "NoProgress"
+
+
+def _hung(s: _Step, current: Sequence[ReplicaState], expected: int) -> bool:
+    """A running group whose ranks made no progress for their bound (``liveness.judge``):
+    killed at once and restarted from the last checkpoint as a failure. True when it was."""
+    hang = judge(s.observed.progress, s.status.group, expected, s.now)
+    if hang is None:
+        return False
+    message = hang.message
+    set_condition(s.status, PROGRESSING, False, NO_PROGRESS, message, s.now)
+    s.hard_stop = True
+    _restart(s, current, RestartCause.FAILURE, NO_PROGRESS, message)
+    return True
+
+
+def _clear_hang(s: _Step) -> None:
+    """Once a group after a hang reaches its first step, ``Progressing`` turns True."""
+    st = s.status
+    old = next((c for c in st.conditions if c.type == PROGRESSING), None)
+    if old is None or old.status == "True" or st.phase != Phase.RUNNING:
+        return
+    if progressing(s.observed.progress, st.group):
+        set_condition(st, PROGRESSING, True, "Training", f"group {st.group} is training", s.now)
 
 
 def _report_overdue_stop(s: _Step) -> None:
@@ -511,6 +548,7 @@ def step(
         return s.finish()
 
     _active(s, current)
+    _clear_hang(s)
     return s.finish()
 
 

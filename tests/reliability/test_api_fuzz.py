@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from adl.api import JobSnapshot, UnknownJob, create_app
 from adl.api.auth import find_owner, generate_token
 from adl.controller.status_hints import current_goodput
-from adl.models import AdaptiveJobStatus, GroupInfo, Hints, Phase
+from adl.models import AdaptiveJobStatus, GroupInfo, Heartbeat, Hints, Phase
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -31,6 +31,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.hints: dict[str, Hints] = {}
+        self.beats: list[Heartbeat] = []
 
     def token_owner(self, token: str, job: str) -> str | None:
         return find_owner([(JOB, TOKEN)], token, prefer=job)
@@ -39,6 +40,11 @@ class MemoryStore:
         if job != JOB:
             raise UnknownJob(job)
         self.hints[job] = hints
+
+    def put_heartbeat(self, job: str, beat: Heartbeat) -> None:
+        if job != JOB:
+            raise UnknownJob(job)
+        self.beats.append(beat)
 
     def get_hints(self, job: str) -> Hints | None:
         if job != JOB:

@@ -17,7 +17,7 @@ with warnings.catch_warnings():
 from adl.api import METRIC_NAMES, AdlMetrics, JobSnapshot, UnknownJob, create_app
 from adl.api.app import MAX_BODY_BYTES, create_metrics_app
 from adl.api.auth import find_owner, generate_token
-from adl.models import AdaptiveJobStatus, GroupInfo, Hints, Phase, RestartCause
+from adl.models import AdaptiveJobStatus, GroupInfo, Heartbeat, Hints, Phase, RestartCause
 
 TOKENS = {"ns/a": generate_token(), "ns/b": generate_token()}
 HINTS = {"initBatchSize": 32, "maxBatchSize": 256, "batchSize": 64, "goodput": 1.5}
@@ -43,6 +43,7 @@ class MemoryStore:
         }
         self.healthy = True
         self.deleted: set[str] = set()
+        self.beats: list[tuple[str, Heartbeat]] = []
 
     def token_owner(self, token: str, job: str) -> str | None:
         return find_owner(TOKENS.items(), token, prefer=job)
@@ -51,6 +52,11 @@ class MemoryStore:
         if job in self.deleted:
             raise UnknownJob(job)
         self.hints[job] = hints
+
+    def put_heartbeat(self, job: str, beat: Heartbeat) -> None:
+        if job in self.deleted:
+            raise UnknownJob(job)
+        self.beats.append((job, beat))
 
     def get_hints(self, job: str) -> Hints | None:
         if job in self.deleted:
@@ -115,6 +121,21 @@ def test_put_hints_with_own_token(client: TestClient, store: MemoryStore) -> Non
     assert store.hints["ns/a"] == Hints.model_validate(HINTS)
     got = client.get(URL, headers=auth("ns/a"))
     assert got.status_code == 200 and got.json()["maxBatchSize"] == 256
+
+
+def test_a_heartbeat_reaches_the_store_only_with_the_jobs_own_token(
+    client: TestClient, store: MemoryStore
+) -> None:
+    url, beat = "/v1/jobs/ns/a/heartbeat", {"group": 2, "rank": 1, "steps": 40, "stepTimeS": 0.5}
+    assert client.put(url, json=beat, headers=auth("ns/a")).status_code == 204
+    assert store.beats == [("ns/a", Heartbeat.model_validate(beat))]
+    assert client.put(url, json=beat, headers=auth("ns/b")).status_code == 403
+    assert client.put(url, json=beat).status_code == 401
+    too_far = beat | {"stepTimeS": 1e9}
+    assert client.put(url, json=too_far, headers=auth("ns/a")).status_code == 422
+    store.deleted.add("ns/a")
+    assert client.put(url, json=beat, headers=auth("ns/a")).status_code == 404
+    assert len(store.beats) == 1
 
 
 @pytest.mark.parametrize("field", ["progress", "goodput", "totalProgress"])
