@@ -39,11 +39,17 @@ class CreateGroup:
 @dataclass(frozen=True)
 class DeleteGroup:
     """Stop every live replica of ``group``: SIGTERM (workers checkpoint and exit 143), then a
-    hard kill after ``grace_s``. Idempotent: replicas already gone are skipped."""
+    hard kill after ``grace_s``. Idempotent: replicas already gone are skipped.
+
+    With ``lost_nodes``: only the group's replicas on those nodes, removed at once (grace 0),
+    those already being stopped included. Their nodes are lost (NotReady past the bound): no
+    one there will confirm a graceful stop, so the objects that stand for them would otherwise
+    stay forever (a Kubernetes pod Terminating on a dead node)."""
 
     job: str
     group: int
     grace_s: int
+    lost_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ with Suspended reachable from any unfinished phase.
 from __future__ import annotations
 
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -35,6 +35,8 @@ from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, Res
 
 #: a replica still present this long after its stop was due is reported (its node may be down)
 STOP_OVERDUE_S = 60.0
+#: the status reason and event of a group whose node was lost (its replicas force-deleted)
+NODE_LOST = "NodeLost"
 
 
 # ----------------------------------------------------------------------------- observations
@@ -71,6 +73,8 @@ class ReplicaState:
     #: when a requested stop should be complete (a Kubernetes pod's deletionTimestamp: the end
     #: of its grace period); a replica still there well after it is probably on a lost node
     stop_due: datetime | None = None
+    #: the node it runs on ("" where the backend has one node)
+    node: str = ""
 
     @property
     def alive(self) -> bool:
@@ -103,6 +107,9 @@ class ObservedWorkers:
     replicas: tuple[ReplicaState, ...] = ()
     #: what the ranks' heartbeats said of their progress (``adl.controller.liveness``)
     progress: tuple[RankProgress, ...] = ()
+    #: node -> since when it has not been Ready (NotReady, or unreachable: its kubelet stopped
+    #: reporting), for the nodes of the replicas above that are down
+    nodes_down: Mapping[str, datetime] = field(default_factory=dict)
 
     def of_group(self, group: int) -> list[ReplicaState]:
         return sorted((r for r in self.replicas if r.group == group), key=lambda r: r.rank)
@@ -122,6 +129,12 @@ class Timing:
     backoff_max_s: float = 300.0
     #: a replica still pending after this long is a failed start (e.g. unschedulable)
     pending_timeout_s: float = 300.0
+    #: a node down (NotReady or unreachable) this long is lost: the group with a replica on it
+    #: is treated as gone, those replicas are force-deleted and the job starts again without
+    #: them. Long enough that a kubelet restart or a short network blip is not a loss, short
+    #: against the 5 minutes after which Kubernetes itself evicts (and then waits forever for
+    #: a dead kubelet to confirm)
+    node_lost_s: float = 60.0
 
     def backoff_s(self, failures: int) -> float:
         """Delay before the restart that follows the ``failures``-th failure."""
@@ -165,9 +178,12 @@ class _Step:
     hard_stop: bool = False
     status: AdaptiveJobStatus = field(init=False)
     actions: list[Action] = field(default_factory=list)
+    #: nodes down past ``timing.node_lost_s`` that hold a present replica -> seconds down
+    lost: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
         self.status = self.before.model_copy(deep=True)
+        self.lost = lost_nodes(self.observed, self.now, self.timing)
 
     @property
     def grace(self) -> int:
@@ -188,8 +204,12 @@ class _Step:
         st.phase, st.reason, st.message = phase, reason, message
 
     def stop(self, replicas: Sequence[ReplicaState]) -> None:
-        """DeleteGroup for each group with a present replica that was not yet asked to stop."""
-        for group in sorted({r.group for r in replicas if r.present and not r.terminating}):
+        """DeleteGroup for each group with a present replica that was not yet asked to stop
+        (replicas on lost nodes are force-deleted instead: ``_remove_lost``)."""
+        asked = {
+            r.group for r in replicas if r.present and not r.terminating and r.node not in self.lost
+        }
+        for group in sorted(asked):
             self.actions.append(DeleteGroup(self.job, group, self.grace))
 
     def finish(self) -> list[Action]:
@@ -437,6 +457,44 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
         s.phase(Phase.STARTING, waiting.reason, f"rank {waiting.rank}: {waiting.message}")
 
 
+def lost_nodes(observed: ObservedWorkers, now: datetime, timing: Timing) -> dict[str, float]:
+    """The nodes down for ``timing.node_lost_s`` or longer that hold a present replica, with
+    the seconds each has been down."""
+    held = {r.node for r in observed.replicas if r.present and r.node}
+    out: dict[str, float] = {}
+    for node, since in observed.nodes_down.items():
+        down = (now - since).total_seconds()
+        if node in held and down >= timing.node_lost_s:
+            out[node] = down
+    return out
+
+
+def _remove_lost(s: _Step) -> str:
+    """Force-delete every present replica on a lost node (``DeleteGroup`` with its nodes) and
+    return what to say about it ("" when there is none).
+
+    Such a group is gone as far as adl is concerned: its node will never confirm a stop, and a
+    worker still running there, cut off, cannot do harm. The next group gets a higher group
+    number, and its rank 0 claims the checkpoint directory for that number before it loads
+    (``adl.client_lib.checkpoint.claim``): a checkpoint commit of an older group is refused
+    from then on, so a partitioned worker of the lost group can never overwrite the state the
+    job resumed from."""
+    gone = [r for r in s.observed.replicas if r.present and r.node in s.lost]
+    if not gone:
+        return ""
+    groups = sorted({r.group for r in gone})
+    for group in groups:
+        nodes = tuple(sorted({r.node for r in gone if r.group == group}))
+        s.actions.append(DeleteGroup(s.job, group, 0, nodes))
+    down = "; ".join(f"node {n} NotReady for {t:.0f} s" for n, t in sorted(s.lost.items()))
+    which = ", ".join(str(g) for g in groups)
+    return (
+        f"{down}: its pods were force-deleted; group{'s' if len(groups) > 1 else ''} {which} "
+        "fenced (no checkpoint commits from it) and the job starts again from its last "
+        "checkpoint on the remaining nodes"
+    )
+
+
 #: the condition a hang leaves (False, with what was said) until the next group trains, and
 #: the status reason and event of the restart it causes
 PROGRESSING = "Progressing"
@@ -520,6 +578,9 @@ def step(
     current = observed.of_group(st.group)
     # Older groups never overlap the current one.
     s.stop(observed.others(st.group))
+    lost = _remove_lost(s)
+    if lost:
+        _say_lost(s, current, lost)
 
     if st.phase.finished:
         s.stop(current)
@@ -542,14 +603,33 @@ def step(
             s.phase(Phase.SUCCEEDED, "Succeeded", "workers finished while being stopped")
         elif observed.any_present():
             s.stop(current)  # wait for every replica to exit before the next group
-            _report_overdue_stop(s)
+            if lost:
+                s.phase(st.phase, NODE_LOST, lost)
+            else:
+                _report_overdue_stop(s)
         else:
             _start_group(s)
         return s.finish()
 
+    if lost and any(r.present and r.node in s.lost for r in current):
+        _restart(s, current, RestartCause.PREEMPTION, NODE_LOST, lost)
+        return s.finish()
     _active(s, current)
     _clear_hang(s)
     return s.finish()
+
+
+def _say_lost(s: _Step, current: Sequence[ReplicaState], message: str) -> None:
+    """The Warning event of a lost node, unless the phase change it causes says it (a running
+    group that lost a replica restarts with this reason)."""
+    st = s.status
+    restarts = (
+        st.phase in (Phase.STARTING, Phase.RUNNING)
+        and not s.spec.suspend
+        and any(r.present and r.node in s.lost for r in current)
+    )
+    if not restarts:
+        s.event("Warning", NODE_LOST, message)
 
 
 def teardown(job: str, spec: AdaptiveJobSpec, observed: ObservedWorkers) -> list[Action]:
