@@ -10,11 +10,20 @@ the sha256 (flipped bytes in tensor data would otherwise load silently) and fall
 previous copy, with a warning, when the last one is missing, torn or corrupted. Loading uses
 ``torch.load(weights_only=True)``: tensors and plain containers only, no arbitrary pickle code.
 States describe the global job (not one rank), so a checkpoint loads at any world size.
+
+Fencing: a worker group owns the directory from its start. Every rank of a new group claims it
+(``claim``: ``adl-group`` holds the group number) before anything is loaded, and a commit
+checks, under a lock on ``.adl-lock``, that the directory is still its group's: a worker of
+an older group (cut off on a node the controller gave up as lost, and so still running) can
+never overwrite the checkpoint the next group resumed from. The check and the renames of a
+commit happen under the lock, as does a claim, so a commit is either before the claim (and
+loaded by the new group) or refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -46,10 +55,70 @@ FORMAT = 1
 EXTERNAL = "external_files"
 _TMP_PREFIX = ".adl-checkpoint-"
 _TMP_SUFFIX = ".tmp"
+#: the group that owns the directory (the last to claim it): only its commits are accepted
+FENCE = "adl-group"
+_LOCK = ".adl-lock"
 
 
 class CheckpointError(RuntimeError):
     """The checkpoint file exists but is not one this library wrote."""
+
+
+class CheckpointFenced(RuntimeError):
+    """A newer worker group owns the checkpoint directory: this group's commit is refused."""
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Any:
+    """An exclusive lock on the directory's lock file (flock: local and NFSv4 file systems)."""
+    fd = os.open(directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def owner(directory: Path) -> int | None:
+    """The group that last claimed ``directory`` (None: never claimed, or unreadable)."""
+    try:
+        return int((Path(directory) / FENCE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def claim(directory: Path | None, group: int) -> None:
+    """Make ``group`` the owner of ``directory``: commits of any other group are refused from
+    now on. Every rank of a starting group calls it before loading (idempotent); the
+    controller starts a group only once the previous one is stopped or given up as lost."""
+    if directory is None or group <= 0:
+        return
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with _locked(directory):
+        if owner(directory) == group:
+            return
+        tmp = _temporary(directory)
+        try:
+            with open(tmp, "w") as f:
+                f.write(f"{group}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, directory / FENCE)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(directory)
+    log.info("checkpoint directory %s claimed by group %d", directory, group)
+
+
+def _check_owner(directory: Path, group: int) -> None:
+    current = owner(directory)
+    if current is not None and current != group:
+        raise CheckpointFenced(
+            f"checkpoint not committed: group {group} no longer owns {directory} (group "
+            f"{current} started after it; this group was given up, e.g. its node was lost)"
+        )
 
 
 def checkpoint_path(directory: Path) -> Path:
@@ -111,9 +180,16 @@ def _remove_stale_temporaries(directory: Path) -> None:
             stale.unlink()
 
 
-def write(directory: Path, states: dict[str, Any], saved_at: float | None = None) -> Path:
+def write(
+    directory: Path,
+    states: dict[str, Any],
+    saved_at: float | None = None,
+    group: int | None = None,
+) -> Path:
     """Write ``states`` atomically (temp file + fsync + rename); return the checkpoint path.
-    ``saved_at``: the wall time the save began (what a restart costs is measured from it)."""
+    ``saved_at``: the wall time the save began (what a restart costs is measured from it).
+    ``group``: the worker group writing; the commit is refused (``CheckpointFenced``) when
+    another group has claimed the directory since."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(directory)
@@ -141,10 +217,13 @@ def write(directory: Path, states: dict[str, Any], saved_at: float | None = None
         # (hard links: the last checkpoint stays in place meanwhile), then put the new digest
         # and the new file in place. A crash between those two renames leaves the new digest
         # beside the old file: that mismatch falls back to the previous copy, the same bytes.
-        if final.exists():
-            _keep_previous(directory, final)
-        os.replace(sidecar, _digest_path(final))
-        os.replace(tmp, final)
+        with _locked(directory) if group else contextlib.nullcontext():
+            if group:
+                _check_owner(directory, group)
+            if final.exists():
+                _keep_previous(directory, final)
+            os.replace(sidecar, _digest_path(final))
+            os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         if sidecar is not None:
@@ -346,7 +425,7 @@ def save(ctx: JobContext) -> Path | None:
             states: dict[str, Any] = dict(ctx.pending_restored)
             for name, state in ctx.states.items():
                 states[name] = state.state_dict()
-            path = write(directory, states, saved_at)
+            path = write(directory, states, saved_at, ctx.env.group or None)
             log.info("checkpoint written to %s", path)
         except Exception as err:  # raised after the barrier, which the other ranks are in
             failed = err
