@@ -116,6 +116,7 @@ class JobContext:
         # AdaptiveDataParallel), for the loader's log line when the batch size changes.
         self.lr_scale_provider: Callable[[int], float] | None = None
         self.preemption: Any | None = None  # a PreemptionMonitor once init_process_group ran
+        self.heartbeat: Any | None = None  # its HeartbeatSender, with a job and an API
         # A CPU (gloo) group for small control collectives (batch-size broadcast, metrics,
         # checkpoint barrier), kept apart from the training group's gradient traffic.
         self.cpu_group: Any | None = None

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from adl import contract as C
 from adl.client_lib import checkpoint
 from adl.client_lib.context import JobContext, WorkerEnv, get_context, has_context, set_context
+from adl.client_lib.heartbeat import HeartbeatSender
 from adl.client_lib.preemption import PreemptionMonitor
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,9 @@ def init_process_group(
     ctx.cpu_group = cpu_group
     ctx.preemption = PreemptionMonitor.from_env(env, group=stop_group, environ=e)
     ctx.preemption.install()
+    ctx.heartbeat = HeartbeatSender.from_env(env, ctx.preemption.progress, e)
+    if ctx.heartbeat is not None:
+        ctx.heartbeat.start()
     set_context(ctx)
     if not env.standalone:
         # Scripts rarely tear the group down themselves; leaving an asynchronous stop-flag
@@ -218,6 +222,8 @@ def shutdown() -> None:
     if not has_context():
         return
     ctx = get_context()
+    if ctx.heartbeat is not None:
+        ctx.heartbeat.stop()
     if ctx.preemption is not None:
         ctx.preemption.drain(timeout_s=_EXIT_DRAIN_S)
         ctx.preemption.uninstall()

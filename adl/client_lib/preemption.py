@@ -21,6 +21,7 @@ takes at most 2% of the training time (50 save durations apart).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from adl.client_lib.heartbeat import StepClock
 from adl.contract import (
     ENV_CHECKPOINT_INTERVAL_S,
     ENV_GRACE_PERIOD_S,
@@ -110,6 +112,8 @@ class PreemptionMonitor:
         self._previous_handler: Any = None
         self._installed = False
         self._watchdog: threading.Timer | None = None
+        #: this rank's step count and step time, for its heartbeat (hung-rank detection)
+        self.progress = StepClock()
 
     @classmethod
     def from_env(
@@ -218,6 +222,7 @@ class PreemptionMonitor:
     def next_action(self) -> int:
         """Called by every rank at every step boundary: STOP (all stop now), CHECKPOINT (all
         save now, then go on) or NONE; every rank gets the same answer at the same boundary."""
+        self.progress.step()
         stop = self.local_stop_requested()
         if self.group is None:
             self._agreed = self._agreed or stop
@@ -253,11 +258,18 @@ class PreemptionMonitor:
         return self._requested.is_set()
 
 
+def _saving(ctx: JobContext) -> contextlib.AbstractContextManager[None]:
+    """The rank's heartbeat says it is saving (a save is no hang) while this lasts."""
+    monitor = ctx.preemption
+    return monitor.progress.save() if monitor is not None else contextlib.nullcontext()
+
+
 def stop_and_exit(ctx: JobContext) -> NoReturn:
     """Collective: checkpoint every registered state, then exit with 143 on every rank."""
     if ctx.preemption is not None:
         ctx.preemption.drain()
-    ctx.save()
+    with _saving(ctx):
+        ctx.save()
     log.warning("stopped for preemption after checkpointing; exiting %d", EXIT_CODE)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -270,7 +282,8 @@ def periodic_checkpoint(ctx: JobContext) -> None:
     """Collective: checkpoint every registered state and go on training."""
     monitor = ctx.preemption
     start = time.monotonic()
-    ctx.save()
+    with _saving(ctx):
+        ctx.save()
     took = time.monotonic() - start
     if monitor is not None:
         monitor.checkpointed(took)

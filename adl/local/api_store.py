@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 from adl.api.auth import find_owner
 from adl.api.store import JobSnapshot, UnknownJob
 from adl.controller.env import node_slots
+from adl.controller.liveness import ProgressBook
 from adl.local.store import JobNotFound, Store
-from adl.models import GroupInfo, Hints
+from adl.models import GroupInfo, Heartbeat, Hints
 
 if TYPE_CHECKING:
     from adl.local.daemon import Daemon
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
 class LocalApiStore:
     """Reads and writes go straight to SQLite (the daemon reloads rows whose revision moved)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, progress: ProgressBook | None = None) -> None:
         self.store = store
+        #: the daemon's, which its loop reads (heartbeats are kept in memory, not in SQLite)
+        self.progress = progress if progress is not None else ProgressBook()
 
     def token_owner(self, token: str, job: str) -> str | None:
         # a deleted job's workers still report while they stop: their token stays valid until
@@ -32,6 +35,10 @@ class LocalApiStore:
             self.store.set_hints(job, hints)
         except JobNotFound:
             raise UnknownJob(job) from None
+
+    def put_heartbeat(self, job: str, beat: Heartbeat) -> None:
+        # the token named the job: it exists (a deleted one until the daemon purges it)
+        self.progress.record(job, beat)
 
     def get_hints(self, job: str) -> Hints | None:
         try:
@@ -81,4 +88,5 @@ def build_app(daemon: Daemon) -> Any:
     from adl.api.metrics import AdlMetrics
 
     daemon.metrics = AdlMetrics()
-    return create_app(LocalApiStore(daemon.store), metrics=daemon.metrics, title="adl local")
+    store = LocalApiStore(daemon.store, daemon.progress)
+    return create_app(store, metrics=daemon.metrics, title="adl local")

@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.driver import Driver, execute
 from adl.controller.history import CompletedWork
 from adl.controller.lifecycle import ObservedWorkers, Timing, teardown
+from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import JobRecord as RoundJob
 from adl.controller.rounds import RoundResult
 from adl.local.api_server import LocalApi
@@ -87,6 +88,8 @@ class Daemon:
         self.store = Store(self.home / DB_NAME)
         self.capacity = settings.gpus or settings.slots
         self.jobs: dict[str, JobRecord] = {}
+        #: the ranks' heartbeats, written by the API thread (hung-rank detection)
+        self.progress = ProgressBook()
         self.groups = WorkerGroups(settings, self.store, self.jobs)
         policy = (policy_factory or registry.policy_factory())()
         # the daemon runs container 0's command here, never its image: kinds come from the
@@ -206,7 +209,8 @@ class Daemon:
     # ------------------------------------------------------------------ WorkerBackend
 
     def observe(self, job: RoundJob) -> ObservedWorkers:
-        return self.groups.observe(self.jobs[job.key])
+        observed = self.groups.observe(self.jobs[job.key])
+        return replace(observed, progress=self.progress.snapshot(job.key))
 
     def set_status(self, job: RoundJob, status: AdaptiveJobStatus) -> None:
         self.store.set_status(job.key, status)
@@ -319,6 +323,7 @@ class Daemon:
             self._told_unfit.discard(rec.key)
             self._step_errors.pop(rec.key, None)
             self.groups.forget(rec.key)
+            self.progress.forget(rec.key)
             self._round_due = True
 
     def _tell_if_unfit(self, rec: JobRecord) -> None:

@@ -411,15 +411,18 @@ class WorkerGroups:
         return env
 
     def stop_group(self, rec: JobRecord, group: int, grace_s: float) -> None:
-        """SIGTERM the group once; the stop marker remembers it across daemon restarts."""
+        """SIGTERM the group once; the stop marker remembers it across daemon restarts. A
+        grace of 0 is a hard stop (a hung group: a stopped rank does not act on SIGTERM):
+        SIGKILL at once."""
         paths = self.paths(rec)
         proc = P.read_pidfile(paths.pidfile(group))
         marker = paths.pidfile(group).with_suffix(".stop")
         if proc is None:
             return
         if not marker.exists():
-            write_private(marker, f"{time.time() + grace_s + self.s.kill_margin_s}\n")
-            P.signal_group(proc.pid, signal.SIGTERM)
+            margin = self.s.kill_margin_s if grace_s > 0 else 0.0
+            write_private(marker, f"{time.time() + grace_s + margin}\n")
+            P.signal_group(proc.pid, signal.SIGKILL if grace_s <= 0 else signal.SIGTERM)
 
     def escalate(self) -> None:
         """SIGKILL groups still alive past their stop deadline."""
