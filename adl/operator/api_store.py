@@ -1,6 +1,7 @@
 """The API service's store on Kubernetes: the AdaptiveJob objects themselves.
 
-Hints go to ``status.hints`` (the operator's own status writes leave that field alone), tokens
+Hints go to ``status.hints`` (the operator's own status writes leave that field alone), the
+ranks' heartbeats to the operator's in-memory ``ProgressBook`` (hung-rank detection), tokens
 are checked against the SHA-256 kept in the job's ``adl.dev/token-sha256`` annotation (the token
 itself lives only in the job's Secret and the workers' mount), rendezvous facts come from the
 status and the pod naming scheme. ``serve`` runs the API beside kopf in the operator process.
@@ -19,7 +20,8 @@ from kubernetes.client.exceptions import ApiException
 from adl.api.auth import find_owner, token_digest
 from adl.api.store import JobSnapshot, UnknownJob
 from adl.contract import JobKey
-from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, GroupInfo, Hints
+from adl.controller.liveness import ProgressBook
+from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, GroupInfo, Heartbeat, Hints
 from adl.operator import pods as P
 from adl.operator.scheduling import job_key
 from adl.operator.store import KubeStore
@@ -38,9 +40,17 @@ def _token_hash(body: dict[str, Any]) -> str:
 class OperatorApiStore:
     """``adl.api.store.ApiStore`` over the Kubernetes API (async: calls run in threads)."""
 
-    def __init__(self, store: KubeStore, namespaces: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        store: KubeStore,
+        namespaces: list[str] | None = None,
+        progress: ProgressBook | None = None,
+    ) -> None:
         self.store = store
         self.namespaces = namespaces or []
+        #: the operator's (``OperatorConfig.progress``): heartbeats stay in this process's
+        #: memory, never in the job's status (one write per rank every few seconds)
+        self.progress = progress if progress is not None else ProgressBook()
 
     def _split(self, job: str) -> tuple[str, str]:
         key = JobKey.parse(job)
@@ -79,6 +89,10 @@ class OperatorApiStore:
             if exc.status == 404:
                 raise UnknownJob(job) from exc
             raise
+
+    async def put_heartbeat(self, job: str, beat: Heartbeat) -> None:
+        # the token check read the job: it exists
+        self.progress.record(job, beat)
 
     async def get_hints(self, job: str) -> Hints | None:
         return _status(await self._job(job)).hints
@@ -132,13 +146,15 @@ async def serve(
     metrics_port: int | None = None,
     docs: bool = False,
     host: str = "0.0.0.0",
+    progress: ProgressBook | None = None,
 ) -> None:
     """Serve the API on ``port`` in the running loop (next to kopf) until ``stop`` is set;
     ``started`` is set once it listens. ``metrics``: the ``AdlMetrics`` the operator's rounds
     also write to (a fresh set when None). With ``metrics_port``, ``/metrics`` is served there
     and not on ``port`` (the chart's NetworkPolicy opens the two ports to different peers);
     ``docs`` serves ``/docs`` and ``/openapi.json``. ``host``: all interfaces in a pod (the
-    workers reach the pod's IP); tests pass 127.0.0.1.
+    workers reach the pod's IP); tests pass 127.0.0.1. ``progress``: the operator's book of
+    the ranks' heartbeats (a fresh one when None).
 
     kopf owns SIGTERM/SIGINT in the operator process: uvicorn's own signal capture would
     replace kopf's handler (or be replaced by it), leaving one of the two running forever
@@ -166,7 +182,7 @@ async def serve(
             return (stop is not None and stop.is_set()) or await super().on_tick(counter)
 
     metrics = metrics if metrics is not None else AdlMetrics()
-    api_store = OperatorApiStore(KubeStore(), namespaces)
+    api_store = OperatorApiStore(KubeStore(), namespaces, progress)
     separate = metrics_port is not None
     app = create_app(api_store, metrics=metrics, docs=docs, serve_metrics=not separate)
     configs = [uvicorn.Config(app, host=host, port=port, log_level="info")]

@@ -16,7 +16,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import kopf
@@ -26,6 +26,7 @@ from adl.api.auth import token_digest
 from adl.contract import JobKey
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.lifecycle import ObservedWorkers, Timing
+from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
@@ -62,6 +63,9 @@ class OperatorConfig:
     starting_recheck_s: float = 10.0
     #: per-namespace ceilings on spec.priority and preemptible=false (none by default)
     ceilings: Ceilings = field(default_factory=Ceilings)
+    #: the ranks' heartbeats: the API served beside the operator writes them, the jobs' steps
+    #: read them (hung-rank detection, ``adl.controller.liveness``)
+    progress: ProgressBook = field(default_factory=ProgressBook)
 
 
 class Refused(Exception):
@@ -221,6 +225,11 @@ class KubeBackend:
         return self.steps.pop(key)
 
     def observe(self, job: JobRecord) -> ObservedWorkers:
+        """The job's pods, and what its ranks' heartbeats said of their progress."""
+        observed = self._observe_pods(job)
+        return replace(observed, progress=self.config.progress.snapshot(job.key))
+
+    def _observe_pods(self, job: JobRecord) -> ObservedWorkers:
         ctx = self.steps[job.key]
         ref = P.JobRef.from_body(ctx.body)
         raw = self.store.list_pods(ref.namespace, P.job_selector(ref.name))

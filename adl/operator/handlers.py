@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from adl.controller.actions import CreateGroup, SetStatus
 from adl.controller.driver import Driver, execute
 from adl.controller.lifecycle import starting_message, teardown
+from adl.controller.liveness import ProgressBook, judge
 from adl.controller.rounds import JobRecord, RoundResult
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import backend as B
@@ -382,6 +383,37 @@ async def on_spec_change(namespace: str | None, name: str, memo: kopf.Memo, **_:
     """New bounds, weight or priority may change the best allocation (a waiting job may fit
     now, a running one may grow): a round now rather than at the next interval."""
     await round_soon(memo.runtime, f"the spec change of {namespace}/{name}")
+
+
+#: how often a running job's heartbeats are looked at for a hang (in memory: no API call)
+HANG_CHECK_S = 2.0
+
+
+def hang_suspected(progress: ProgressBook, body: dict[str, Any], now: datetime) -> bool:
+    """Whether the heartbeats of a Running job say its group hangs: a hung group sends no
+    pod event, so the timer reconciles it and the lifecycle acts (``liveness.judge``)."""
+    status = body.get("status") or {}
+    if status.get("phase") != Phase.RUNNING.value:
+        return False
+    meta = body.get("metadata") or {}
+    key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    group, allocation = status.get("group"), status.get("allocation") or []
+    if not isinstance(group, int) or not isinstance(allocation, list):
+        return False
+    return judge(progress.snapshot(key), group, len(allocation), now) is not None
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=HANG_CHECK_S, idle=None)
+async def hang_check(
+    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    """Reconcile a running job whose ranks' heartbeats say it hangs."""
+    rt: Runtime = memo.runtime
+    if rt.exiting:
+        raise asyncio.CancelledError
+    seen = {**dict(body), "metadata": {**dict(body.get("metadata") or {}), "namespace": namespace}}
+    if hang_suspected(rt.config.progress, seen, _now()):
+        await reconcile_job(rt, namespace, name)
 
 
 async def round_soon(rt: Runtime, after: str) -> None:

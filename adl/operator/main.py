@@ -218,6 +218,7 @@ async def run(opts: Options) -> None:
                 metrics,
                 metrics_port=opts.metrics_port,
                 docs=opts.api_docs,
+                progress=config.progress,
             )
         )
         ready = asyncio.ensure_future(started.wait())
