@@ -193,6 +193,9 @@ def init_process_group(
         stop_group = dist.new_group(backend="gloo")
         cpu_group = dist.new_group(backend="gloo")
         log.info("joined job %s as rank %d/%d", env.job, env.rank, env.world_size)
+    # fence older groups off the directory before reading it (a single replica too: it is a
+    # group of its own; no ADL_GROUP, as in a plain run, claims nothing)
+    checkpoint.claim(env.checkpoint_dir, env.group)
     restored, saved_at, saved_until = checkpoint.load_with_times(env.checkpoint_dir)
     ctx = JobContext(env, restored)
     ctx.restart.scheduled(env.scheduled_since)
