@@ -17,6 +17,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, cast
 
 import kopf
@@ -30,7 +31,14 @@ from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
-from adl.operator.observe import PodPhase, PodState, classify_all, observed_workers, pod_indices
+from adl.operator.observe import (
+    PodPhase,
+    PodState,
+    classify_all,
+    node_down_since,
+    observed_workers,
+    pod_indices,
+)
 from adl.operator.scheduling import job_key, job_records, nodes_from_objects
 from adl.operator.store import KubeStore
 from adl.operator.taints import pod_tolerations
@@ -40,6 +48,8 @@ from adl.sched.types import NodeInfo, Policy
 
 log = logging.getLogger("adl.operator")
 
+#: pods that hold their node: a node going down under them matters
+_LIVE = (PodPhase.PENDING, PodPhase.RUNNING)
 #: answers to a pod create that no retry will change: invalid (400, 422) or forbidden (403:
 #: a ResourceQuota, an admission webhook, RBAC)
 REFUSED_STATUSES = (400, 403, 422)
@@ -216,6 +226,9 @@ class KubeBackend:
         self._listed: dict[str, dict[str, Any]] = {}  # the last round's objects, for its events
         #: job key -> what its namespace's ceiling capped, last said (each change said once)
         self.capped: dict[str, str] = {}
+        #: jobs with a pod on a node that is down: rechecked on a timer, so that the node's
+        #: loss is acted on once it passes the bound even if nothing else happens
+        self.on_down_nodes: set[str] = set()
 
     # ---- one job's step
     def begin(self, key: str, body: dict[str, Any], spec: AdaptiveJobSpec) -> None:
@@ -235,7 +248,22 @@ class KubeBackend:
         raw = self.store.list_pods(ref.namespace, P.job_selector(ref.name))
         own, ctx.foreign = split_pods(ref, raw)
         ctx.pods = self._with_refused(job.key, job.status.group, classify_all(own))
-        return observed_workers(ctx.pods, job.status.group, job.status.allocation)
+        down = self._nodes_down(ctx.pods)
+        if down:
+            self.on_down_nodes.add(job.key)
+        else:
+            self.on_down_nodes.discard(job.key)
+        return observed_workers(ctx.pods, job.status.group, job.status.allocation, down)
+
+    def _nodes_down(self, pods: Sequence[PodState]) -> dict[str, datetime]:
+        """Since when each node that holds a live (or stopping) pod has not been Ready."""
+        out: dict[str, datetime] = {}
+        for name in sorted({p.node for p in pods if p.node and (p.phase in _LIVE or p.holds)}):
+            node = self.store.get_node(name)
+            since = node_down_since(node) if node is not None else None
+            if since is not None:
+                out[name] = since
+        return out
 
     def _with_refused(self, key: str, group: int, pods: list[PodState]) -> list[PodState]:
         """``pods`` plus the current group's refused pod, if any (older groups' forgotten)."""
@@ -329,7 +357,15 @@ class KubeBackend:
         ctx = self.steps[job.key]
         ref = P.JobRef.from_body(ctx.body)
         for pod in ctx.pods:
-            if pod.group == action.group and not pod.deleting:
+            if pod.group != action.group:
+                continue
+            if action.lost_nodes:  # the node is gone: remove the object now (grace 0)
+                if pod.node in action.lost_nodes:
+                    log.warning(
+                        "%s: force-deleting pod %s on lost node %s", job.key, pod.name, pod.node
+                    )
+                    self.store.delete_pod(ref.namespace, pod.name, 0)
+            elif not pod.deleting:
                 self.store.delete_pod(ref.namespace, pod.name, action.grace_s)
 
     def emit_event(self, job: str, event: EmitEvent) -> None:

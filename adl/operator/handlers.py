@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+import urllib3
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from adl.controller.actions import CreateGroup, SetStatus
@@ -31,6 +33,7 @@ from adl.operator import pods as P
 from adl.operator.backend import KubeBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.observe import classify_all, finished_leftovers
+from adl.operator.retries import API_RETRIES
 from adl.operator.scheduling import desired_allocation
 from adl.operator.store import KUBE_URL_ENV, Conflict, KubeStore
 from adl.operator.timestamps import parse_time
@@ -293,6 +296,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # the CRD before the operator starts.
     settings.scanning.disabled = True
     settings.watching.server_timeout = 300
+    # Ride out control-plane outages: every API request kopf makes (the watches' listings,
+    # the peering keep-alive, its own patches) retries with backoff and jitter for as long as
+    # the server is away, instead of escalating after kopf's default 54 s, which ended the
+    # operator. The watches reconnect with a pause, not in a tight loop.
+    settings.networking.error_backoffs = API_RETRIES
+    settings.watching.reconnect_backoff = 1.0
     # Handlers are short and idempotent: nothing is lost by exiting quickly on shutdown.
     settings.background.instant_exit_timeout = 0.1
     settings.queueing.exit_timeout = 0.5
@@ -331,19 +340,57 @@ async def on_pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, 
         await reconcile_job(memo.runtime, namespace, job)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=1.0, idle=None)
+def api_unavailable(exc: BaseException) -> bool:
+    """The API server did not answer, or answered that it cannot serve now (an outage, a
+    restart, RBAC still warming up): the work is simply done again at a later tick."""
+    if isinstance(exc, urllib3.exceptions.HTTPError):
+        return True
+    return isinstance(exc, ApiException) and (
+        exc.status in (0, 403, 429) or (exc.status or 0) >= 500
+    )
+
+
+#: a failed tick (the API server away) is retried after this long, not kopf's default minute
+TICK_BACKOFF_S = 5.0
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=1.0, idle=None, backoff=TICK_BACKOFF_S)
 async def tick(
     body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
     """Cheap unless something is due: the round, the end of a restart backoff, or a look at
-    a job still starting (whose pods may be stuck without sending events)."""
+    a job still starting (whose pods may be stuck without sending events). While the API
+    server is away each tick fails quickly with one line in the log; the first tick after it
+    returns catches up (the round, and the starting and restarting jobs, rechecked)."""
     rt: Runtime = memo.runtime
     if rt.exiting:
         raise asyncio.CancelledError  # end the timer task now (kopf leaves it running ~5 s)
+    try:
+        await _tick(rt, body, namespace, name)
+    except Exception as exc:
+        if not api_unavailable(exc):
+            raise
+        log.warning(
+            "%s/%s: the API server is unavailable (%s); next look in %.0f s",
+            namespace,
+            name,
+            type(exc).__name__,
+            TICK_BACKOFF_S,
+        )
+        rt.rounds.due = True  # a round as soon as it is back
+        await asyncio.sleep(TICK_BACKOFF_S)
+
+
+async def _tick(rt: Runtime, body: kopf.Body, namespace: str | None, name: str) -> None:
     await run_round(rt)
-    last = rt.reconciled.get(f"{namespace}/{name}")
+    key = f"{namespace}/{name}"
+    last = rt.reconciled.get(key)
     idle = None if last is None else time.monotonic() - last
-    if time_based_work_due(dict(body), idle, _now(), rt.config.starting_recheck_s):
+    recheck = rt.config.starting_recheck_s
+    # a job with a pod on a node that is down is looked at again until the node is back or
+    # lost: its loss must be acted on once the bound passes, events or not
+    down = key in rt.backend.on_down_nodes and (idle is None or idle >= recheck)
+    if down or time_based_work_due(dict(body), idle, _now(), recheck):
         await reconcile_job(rt, namespace, name)
 
 
@@ -373,6 +420,7 @@ async def on_delete(
     rt.reconciled.pop(key, None)
     rt.backend.refused.pop(key, None)
     rt.waiting.pop(key, None)
+    rt.backend.on_down_nodes.discard(key)
     annotations = body.get("metadata", {}).get("annotations") or {}
     if status.allocation or P.ANNOTATION_ALLOCATION in annotations:
         await round_soon(rt, f"deleting {namespace}/{name}")

@@ -47,6 +47,8 @@ class Options:
     api_docs: bool = False
     #: per-namespace ceilings on spec.priority and preemptible=false (None: none)
     ceilings: Ceilings | None = None
+    #: a node NotReady this long is lost: its pods are force-deleted and the job moves on
+    node_lost_after: float = 60.0
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -67,6 +69,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     p.add_argument("--api-url", default=Options.api_url, help="URL workers use for the API")
     p.add_argument("--round-interval", type=float, default=30.0, help="seconds between rounds")
     p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    p.add_argument(
+        "--node-lost-after",
+        type=float,
+        default=Options.node_lost_after,
+        metavar="SECONDS",
+        help="a node NotReady or unreachable this long is lost: the pods of adl jobs on it are "
+        "force-deleted and their jobs start again on the remaining nodes from the last "
+        "checkpoint (default: %(default)s)",
+    )
     scope = p.add_mutually_exclusive_group(required=True)
     scope.add_argument("--namespace", action="append", dest="namespaces", default=None)
     scope.add_argument("--all-namespaces", "-A", action="store_true")
@@ -125,6 +136,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         p.error("--metrics-port must differ from --port and --health-port")
     if a.round_interval <= 0:
         p.error("--round-interval must be positive")
+    if a.node_lost_after <= 0:
+        p.error("--node-lost-after must be positive")
     from adl.sched.policy_knobs import parse_knobs
 
     try:
@@ -147,6 +160,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         metrics_port=a.metrics_port,
         api_docs=a.api_docs,
         ceilings=Ceilings(default, per_namespace),
+        node_lost_after=a.node_lost_after,
     )
 
 
@@ -185,6 +199,7 @@ def peering_priority(started_at: float) -> int:
 async def run(opts: Options) -> None:
     import kopf
 
+    from adl.controller.lifecycle import Timing
     from adl.operator.backend import OperatorConfig
     from adl.operator.tenancy import Ceilings
 
@@ -199,6 +214,7 @@ async def run(opts: Options) -> None:
         policy_factory=policy_factory(opts.policy_knobs),
         metrics=metrics,
         ceilings=opts.ceilings or Ceilings(),
+        timing=Timing(node_lost_s=opts.node_lost_after),
     )
     import adl.operator.handlers  # noqa: F401  (registers the handlers with kopf)
 

@@ -137,10 +137,25 @@ _REPLICA_PHASE = {
 }
 
 
+def node_down_since(node: Mapping[str, Any]) -> datetime | None:
+    """Since when a Node has not been Ready (its Ready condition False, or Unknown once the
+    node lifecycle controller stopped hearing from its kubelet), None while it is Ready."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            if cond.get("status") == "True":
+                return None
+            return parse_time(cond.get("lastTransitionTime"))
+    return None  # no conditions reported (e.g. a fake API server): taken as Ready
+
+
 def observed_workers(
-    pods: Iterable[PodState], group: int, allocation: Sequence[str]
+    pods: Iterable[PodState],
+    group: int,
+    allocation: Sequence[str],
+    nodes_down: Mapping[str, datetime] | None = None,
 ) -> ObservedWorkers:
-    """The controller's view of the workers: one ReplicaState per replica a pod holds.
+    """The controller's view of the workers: one ReplicaState per replica a pod holds, and
+    since when each node that is down (``nodes_down``) has been so.
 
     Pod ``i`` of the current group holds ranks ``[offset_i, offset_i + n_i)`` of its
     allocation; a pod of an older group stands for one replica (only whether it is alive
@@ -167,10 +182,11 @@ def observed_workers(
                 since=pod.since,
                 holds=pod.holds,
                 stop_due=pod.stop_due,
+                node=pod.node,
             )
             for r in ranks
         ]
-    return ObservedWorkers(tuple(out))
+    return ObservedWorkers(tuple(out), nodes_down=dict(nodes_down or {}))
 
 
 def pod_indices(allocation: Sequence[str], ranks: Iterable[int]) -> list[int]:

@@ -157,5 +157,10 @@ class KubeStore:
     def list_nodes(self) -> list[dict[str, Any]]:
         return [_plain(n, self.api) for n in self.core.list_node().items]
 
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """One Node (listed by name: the operator may list nodes, not get them)."""
+        items = self.core.list_node(field_selector=f"metadata.name={name}").items
+        return _plain(items[0], self.api) if items else None
+
     def list_all_pods(self) -> list[dict[str, Any]]:
         return [_plain(p, self.api) for p in self.core.list_pod_for_all_namespaces().items]

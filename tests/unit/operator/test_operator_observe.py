@@ -111,3 +111,26 @@ def test_a_deleted_pod_says_when_its_stop_is_due() -> None:
     st = classify(body)
     assert st.deleting and st.stop_due is not None and st.stop_due.minute == 1
     assert classify(pod("Running", {"running": {}})).stop_due is None
+
+
+def test_a_node_is_down_since_its_ready_condition_left_true() -> None:
+    """Issue 36: the lost-node bound counts from the Ready condition's transition (False, or
+    Unknown once the node lifecycle controller stopped hearing from the kubelet)."""
+    from datetime import UTC, datetime
+
+    from adl.operator.observe import node_down_since, observed_workers
+
+    def node(status: str) -> dict[str, Any]:
+        ready = {"type": "Ready", "status": status, "lastTransitionTime": "2024-05-01T12:00:00Z"}
+        return {"status": {"conditions": [ready]}}
+
+    since = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert node_down_since(node("Unknown")) == since
+    assert node_down_since(node("False")) == since
+    assert node_down_since(node("True")) is None
+    assert node_down_since({"status": {}}) is None  # nothing reported: taken as Ready
+    observed = observed_workers(
+        [classify(pod("Running", {"running": {}}))], 3, ["n0", "n1"], {"n1": since}
+    )
+    assert [r.node for r in observed.replicas] == ["n1"]
+    assert observed.nodes_down == {"n1": since}
