@@ -14,6 +14,11 @@ def test_cluster_wide_with_peering() -> None:
     assert o.node_selector == {"pool": "gpu"} and o.round_interval == 10
 
 
+def test_a_node_is_lost_after_a_minute_unless_told() -> None:
+    assert parse_args(["-A"]).node_lost_after == 60
+    assert parse_args(["-A", "--node-lost-after=15"]).node_lost_after == 15
+
+
 def test_namespaced_defaults_to_standalone_without_peering() -> None:
     o = parse_args(["--namespace=a", "--namespace=b"])
     assert o.namespaces == ["a", "b"] and not o.all_namespaces and o.standalone
@@ -33,6 +38,7 @@ def test_namespaced_defaults_to_standalone_without_peering() -> None:
         ["-A", "--metrics-port=8080"],  # the API's port
         ["-A", "--port=9000", "--metrics-port=9000"],
         ["-A", "--metrics-port=8081"],  # kopf's liveness port
+        ["-A", "--node-lost-after=0"],
     ],
 )
 def test_bad_arguments_exit(argv: list[str]) -> None:
