@@ -90,6 +90,11 @@ class _Job:
     efficient_speedup: float = 0.0  # the speedup there
     replicas: int = 0
     utility: float = 0.0
+    #: (re)started or resized less than ``min_tenure_s`` ago: keeps its GPUs (may still grow)
+    protected: bool = False
+    #: what taking all of a running job's GPUs costs the objective: its restart at its
+    #: current speed (added to every placement of the job, so that preemption loses it)
+    charge: float = 0.0
 
     @property
     def gpr(self) -> int:
@@ -111,6 +116,9 @@ class AdlPolicy:
         # with its fn (which keeps the id valid)
         self._tables: dict[tuple[int, int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
         self._next_tables: dict[tuple[int, int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
+        # job -> (its nodes, sorted; its age when this policy gave it them, None: unknown):
+        # how long each job has held its allocation, for the minimum tenure
+        self._since: dict[str, tuple[tuple[str, ...], float | None]] = {}
 
     def ranks_by_predicted_remaining(self) -> bool:
         """:class:`RanksByPredictedRemaining`: whether the knobs let the prediction count."""
@@ -181,9 +189,21 @@ class AdlPolicy:
         reach = k.ramp_factor * profiled if profiled else k.bootstrap_replicas
         if not profiled and node_gpus is not None:
             reach = min(reach, max(node_gpus // gpr, 1))
+        if self._confident(job, node_gpus):
+            reach = job.max_replicas  # toward its fitted model's optimum (see ``_table``)
         ramp = max(1, math.floor(reach))
         cap = min(job.max_replicas, ramp, total // gpr)
         return max(cap, min(job.min_replicas, total // gpr))
+
+    def _confident(self, job: JobInfo, node_gpus: int | None) -> bool:
+        """The job has measured ``confident_nodes`` whole nodes or more, so its model has fitted
+        sync across nodes: it may grow in one step to its model's predicted optimum (valued
+        by the fitted model, no optimism) instead of ``ramp_factor`` x what it measured."""
+        k = self.knobs
+        if k.confident_nodes <= 0 or node_gpus is None:
+            return False
+        per_node = max(node_gpus // max(job.gpus_per_replica, 1), 1)
+        return job.max_profiled_replicas >= k.confident_nodes * per_node
 
     # ------------------------------------------------------------------ speedups
 
@@ -193,6 +213,8 @@ class AdlPolicy:
         fn = job.speedup
         per_node = max(node_gpus // max(job.gpus_per_replica, 1), 1)
         profiled = job.max_profiled_replicas if self.knobs.optimistic > 0 else 0
+        if self._confident(job, node_gpus):
+            profiled = 0  # its fitted model, not the optimistic prior
         key = (id(fn), per_node, profiled, cap)
         entry = self._next_tables.get(key) or self._tables.get(key)
         if entry is None or entry[0] is not fn:
@@ -226,6 +248,10 @@ class AdlPolicy:
                 # Hysteresis: a running job's change must beat staying by more than the
                 # model's own error, or the policy restarts jobs on noise.
                 value /= 1.0 + self.knobs.change_margin
+        if replicas > 0:
+            # a running job left without GPUs loses its restart (``charge``): every placement
+            # of it is worth that much more than none
+            value += job.charge
         return value
 
     # ------------------------------------------------------------------ greedy moves
@@ -315,10 +341,57 @@ class AdlPolicy:
                 per_node = max(cluster.max_gpus // job.gpr, 1)
                 job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)
         self._alternative_weights(out, cluster.max_gpus)
+        self._tenure(out, previous)
         if self.knobs.efficiency_floor > 0:
             for job in out:
                 self._efficiency_cap(job, cluster.max_gpus)
         return out
+
+    def _held_s(self, info: JobInfo, nodes: Sequence[str]) -> float | None:
+        """Seconds ``info`` has held ``nodes`` under this policy (None: not known, as after a
+        restart of the scheduler or when the driver did not apply this policy's answer)."""
+        rec = self._since.get(info.name)
+        if rec is None or rec[1] is None or rec[0] != tuple(sorted(nodes)):
+            return None
+        return max(info.age_s - rec[1], 0.0)
+
+    def _tenure(self, jobs: list[_Job], previous: Mapping[str, Sequence[str]]) -> None:
+        """Issue 34's guards against flapping, on running preemptible jobs: a job (re)started
+        or resized less than ``min_tenure_s`` ago keeps its GPUs (a leftover GPU given for
+        one round and taken back the next is a restart for nothing); and taking all of a
+        running job's GPUs costs its restart (``victim_charge`` x its restart penalty at its
+        current speed)."""
+        k = self.knobs
+        for job in jobs:
+            if job.prev is None or not job.info.preemptible:
+                continue
+            held = self._held_s(job.info, previous.get(job.info.name) or [])
+            job.protected = held is not None and held < k.min_tenure_s
+            if k.victim_charge > 0:
+                now = job.table.get(len(job.prev), job.prev_replicas, job.cap)
+                lost = self._penalty(job.restart_s, job.remaining, now)
+                job.charge = k.victim_charge * job.weight * now * lost
+
+    def _remember(
+        self, jobs: Sequence[JobInfo], previous: Mapping[str, list[str]], answer: Allocation
+    ) -> None:
+        """Record since when each job holds its answer (the clock is the jobs' own age)."""
+        since: dict[str, tuple[tuple[str, ...], float | None]] = {}
+        for info in jobs:
+            nodes = tuple(sorted(answer.get(info.name) or []))
+            if not nodes:
+                continue
+            before = previous.get(info.name) or []
+            if nodes != tuple(sorted(before)):
+                # only a resume (GPUs again after a preemption) starts a protected tenure,
+                # unless ``tenure_all`` also protects first starts and resizes
+                resumed = not before and (info.restarts > 0 or info.attained_service_s > 0)
+                protect = resumed or self.knobs.tenure_all > 0
+                since[info.name] = (nodes, info.age_s if protect else None)
+            else:
+                rec = self._since.get(info.name)
+                since[info.name] = rec if rec is not None and rec[0] == nodes else (nodes, None)
+        self._since = since
 
     def _efficiency_cap(self, job: _Job, node_gpus: int) -> None:
         """Soft cap at the job's efficient count (:mod:`adl.sched.policy_efficiency`)."""
@@ -359,7 +432,9 @@ class AdlPolicy:
         try:
             tiers = sorted({job.priority for job in jobs}, reverse=True)
             if len(tiers) <= 1:
-                return self._optimize_tier(jobs, nodes, previous)
+                single = self._optimize_tier(jobs, nodes, previous)
+                self._remember(jobs, previous, single)
+                return single
             answer: Allocation = {}
             for tier in tiers:
                 held = [
@@ -375,6 +450,7 @@ class AdlPolicy:
                 names = frozenset(job.name for job in held)
                 alloc = self._optimize_tier([*members, *held], nodes, prev, names)
                 answer.update({job.name: alloc.get(job.name, []) for job in members})
+            self._remember(jobs, previous, answer)
             return answer
         finally:
             self._tables, self._next_tables = self._next_tables, {}
@@ -606,14 +682,16 @@ class AdlPolicy:
         for job in (j for j in work if j.info.preemptible and j.info.name in pinned):
             if job.prev and cluster.fits(job.prev, job.gpr):
                 self._commit(job, job.prev, cluster)
-        self._fill(work, cluster, [job.replicas > 0 for job in work])
+        self._fill(work, cluster, [job.replicas > 0 and not job.protected for job in work])
         return sum(job.utility for job in work), work, cluster
 
     def _keep_unpreemptible(self, work: list[_Job], cluster: Cluster) -> None:
-        """Jobs that may not be preempted keep last round's placement where it still fits (in
-        ``work``'s order: submission, then name). Every solver starts here."""
+        """Jobs that may not be preempted, or not yet (``protected``: within their minimum
+        tenure), keep last round's placement where it still fits (in ``work``'s order:
+        submission, then name). Every solver starts here."""
         for job in work:
-            if not job.info.preemptible and job.prev and cluster.fits(job.prev, job.gpr):
+            keep = not job.info.preemptible or job.protected
+            if keep and job.prev and cluster.fits(job.prev, job.gpr):
                 self._commit(job, job.prev, cluster)
 
     def _fill(self, work: list[_Job], cluster: Cluster, fixed: list[bool]) -> None:

@@ -40,7 +40,8 @@ class Knobs:
     restart_horizon_s: float = 1800.0
     #: largest restart penalty (fraction of the new configuration's value)
     max_restart_penalty: float = 0.9
-    #: restarts a running job's growth must pay for (the growth now, the give-back later)
+    #: restarts a running job's growth must pay for (the growth now, the give-back later; 1
+    #: with ``victim_charge``, which charges the give-back to whoever takes the GPUs back)
     grow_restarts: float = 2.0
     #: beyond the largest profiled replica count, assume gradient sync does not get slower
     #: (no "retrogression" the job has not measured): optimism that makes jobs explore (0 = off)
@@ -85,6 +86,19 @@ class Knobs:
     #: job can use them (:mod:`adl.sched.policy_efficiency`; fewer GPU-hours held, a longer
     #: mean JCT: measured, not the default)
     efficiency_floor: float = 0.0
+    #: a job resumed (given GPUs again after a preemption) less than this many seconds ago
+    #: keeps them (it may still grow): no leftover GPU given for one round and taken back the
+    #: next (issue 34's flapping; 0 = off: measured, costs today's mean 2%)
+    min_tenure_s: float = 0.0
+    #: taking all of a running job's GPUs costs the objective this many times the job's
+    #: restart penalty at its current speed (issue 34; 0 = off)
+    victim_charge: float = 0.0
+    #: 1: the minimum tenure also follows a first start or a resize, not only a resume
+    tenure_all: float = 0.0
+    #: a job that has measured at least this many whole nodes (its model has fitted the
+    #: cross-node sync) may grow to its fitted model's optimum in one step, valued without
+    #: the optimistic prior, instead of ``ramp_factor`` x what it measured (0 = off)
+    confident_nodes: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -106,6 +120,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "speedup_power": (0.05, 1.0, True),
     "rank_power": (0.0, 0.95, True),
     "aging_best": (0.0, 1.0, True),
+    "tenure_all": (0.0, 1.0, True),
     "efficiency_floor": (0.0, 1.0, False),
     "min_remaining_s": (1e-3, math.inf, True),
     "unknown_remaining_s": (1e-3, math.inf, True),

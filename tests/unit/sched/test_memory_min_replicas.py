@@ -20,7 +20,8 @@ def _replicas_under_pressure(min_replicas: int) -> list[int]:
     """The sharded job's replicas as waves of urgent, perfectly scaling jobs arrive."""
     nodes = nodes_of(1, gpus=4)
     sharded = job("sharded", 0, min_replicas=min_replicas, max_replicas=4, remaining_s=1e5)
-    policy = AdlPolicy()
+    # the waves come within seconds (ages stay 0): no minimum tenure, which would keep it whole
+    policy = AdlPolicy(min_tenure_s=0)
     previous = policy.optimize([sharded], nodes, {})
     seen = [counts(previous)["sharded"]]
     for wave in range(1, 6):

@@ -45,9 +45,9 @@ def held(info: JobInfo) -> Any:
 
 
 def test_a_short_remaining_does_not_repay_the_restart() -> None:
-    hold = held(job(power(1.0), remaining_s=80.0, restart_cost_s=20.0))
+    hold = held(job(power(1.0), remaining_s=60.0, restart_cost_s=20.0))
     assert hold.cause == HELD_RESTART
-    assert hold.message.startswith("not grown: the remaining 80 s do not repay a 20 s restart")
+    assert hold.message.startswith("not grown: the remaining 60 s do not repay a 20 s restart")
 
 
 def test_a_small_gain_is_within_the_change_margin() -> None:
