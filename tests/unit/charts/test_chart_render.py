@@ -112,6 +112,7 @@ def test_operator_accepts_the_rendered_args(variant: str) -> None:
     assert opts.api_docs is False
     knobs = VARIANTS[variant].get("scheduler", {}).get("policyKnobs", {})
     assert opts.policy_knobs == knobs
+    assert opts.node_lost_after == 60  # a lost node's pods are force-deleted after a minute
 
 
 def test_values_schema_knows_exactly_the_policy_knobs() -> None:
@@ -251,6 +252,7 @@ def test_values_schema_rejects_bad_values() -> None:
             {"scheduler": {"policyKnobs": {"srpt_power": "high"}}},
             {"scheduler": {"policyKnobs": {"ramp_factor": 0.5}}},
             {"scheduler": {"interval": "soon"}},
+            {"scheduler": {"nodeLostAfter": 0}},
             {"api": {"docs": "yes"}},
             {"api": {"metricsPort": 80}},
             {"networkPolicy": {"metricsFrom": "prometheus"}},
