@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds the real control plane the `cluster` tests run on, from the Go module proxy:
-# kube-apiserver, kube-controller-manager and kube-scheduler from k8s.io/kubernetes, and etcd
-# from go.etcd.io/etcd/server. Versions are pinned in versions.env beside this script.
+# Builds what the `cluster` tests run, from the Go module proxy. `build_assets.sh` (or
+# `build_assets.sh controlplane`): the real control plane, kube-apiserver, kube-controller-manager
+# and kube-scheduler from k8s.io/kubernetes, and etcd from go.etcd.io/etcd/server.
+# `build_assets.sh kueue`: Kueue's manager from sigs.k8s.io/kueue, with the Helm chart of the same
+# module version beside it (charts/kueue), which the tests install it from. Versions are pinned
+# in versions.env beside this script; each component is cached on its own.
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every k8s.io/<staging> module
 # with a local path. So we make a throwaway module that requires it and replaces each staging
@@ -16,30 +19,43 @@
 # directory (one left by kill -9 is removed by the next build). Progress goes to stderr: a line
 # per step with the seconds since the start, and every $ADL_K8S_PROGRESS_S (30) s during one.
 #
-# Prints the directory holding the four binaries on its last line of stdout.
-#   ADL_K8S_ASSETS=DIR   use prebuilt binaries from DIR (like setup-envtest's KUBEBUILDER_ASSETS)
+# Prints the directory holding the component's binaries on its last line of stdout.
+#   ADL_K8S_ASSETS=DIR   use prebuilt control-plane binaries from DIR (like setup-envtest's
+#                        KUBEBUILDER_ASSETS); ADL_KUEUE_ASSETS=DIR the same for Kueue
 #   ADL_K8S_CACHE=DIR    where built binaries are kept (default ~/.cache/adl/k8s)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
-bins=(kube-apiserver kube-controller-manager kube-scheduler etcd)
+component="${1:-controlplane}"
+case "$component" in
+  controlplane)
+    bins=(kube-apiserver kube-controller-manager kube-scheduler etcd) files=()
+    name="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}" prebuilt="${ADL_K8S_ASSETS:-}"
+    prebuilt_var=ADL_K8S_ASSETS ;;
+  kueue)
+    bins=(kueue) files=(charts/kueue/Chart.yaml)
+    name="kueue-${KUEUE_VERSION}" prebuilt="${ADL_KUEUE_ASSETS:-}" prebuilt_var=ADL_KUEUE_ASSETS ;;
+  *) echo "usage: $0 [controlplane|kueue]" >&2; exit 2 ;;
+esac
 
-have_all() { for b in "${bins[@]}"; do [[ -x "$1/$b" ]] || return 1; done; }
+have_all() {
+  for b in "${bins[@]}"; do [[ -x "$1/$b" ]] || return 1; done
+  for f in "${files[@]}"; do [[ -f "$1/$f" ]] || return 1; done
+}
 
-if [[ -n "${ADL_K8S_ASSETS:-}" ]]; then
-  if have_all "$ADL_K8S_ASSETS"; then echo "$ADL_K8S_ASSETS"; exit 0; fi
-  echo "ADL_K8S_ASSETS=$ADL_K8S_ASSETS lacks one of: ${bins[*]}" >&2; exit 2
+if [[ -n "$prebuilt" ]]; then
+  if have_all "$prebuilt"; then echo "$prebuilt"; exit 0; fi
+  echo "$prebuilt_var=$prebuilt lacks one of: ${bins[*]} ${files[*]}" >&2; exit 2
 fi
 
 cache="${ADL_K8S_CACHE:-$HOME/.cache/adl/k8s}"
-name="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
 out="$cache/$name"
 if have_all "$out"; then echo "$out"; exit 0; fi
 
 for tool in go flock setsid; do
   command -v "$tool" >/dev/null || {
-    echo "$tool is needed to build the control plane (or set ADL_K8S_ASSETS)" >&2; exit 2; }
+    echo "$tool is needed to build $component (or set $prebuilt_var)" >&2; exit 2; }
 done
 start=$SECONDS
 tick="${ADL_K8S_PROGRESS_S:-30}"
@@ -97,6 +113,22 @@ step() {
 }
 
 export GOFLAGS=-mod=mod CGO_ENABLED=0
+
+build_kueue() {
+  cd "$work"
+  step "fetching sigs.k8s.io/kueue ${KUEUE_VERSION}" \
+    go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" >"$work/kueue.json"
+  local dir
+  dir="$(sed -n 's/.*"Dir": "\([^"]*\)".*/\1/p' "$work/kueue.json")"
+  # `go install pkg@version` builds with the module's own go.mod (no replace directives there)
+  step "building kueue ${KUEUE_VERSION} (1 of 1)" env GOFLAGS= GOBIN="$stage" \
+    go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kueue/cmd/kueue@${KUEUE_VERSION}" >&2
+  mkdir -p "$stage/charts"
+  cp -R "$dir/charts/kueue" "$stage/charts/kueue"
+  chmod -R u+w "$stage/charts"   # the module cache is read-only
+}
+
+build_controlplane() {  # (its body is not indented: it holds a heredoc)
 mkdir -p "$work/k8s" "$work/etcd"
 
 # --- Kubernetes ---------------------------------------------------------------------------
@@ -137,8 +169,11 @@ func main() { etcdmain.Main(os.Args) }
 GO
 step "fetching etcd ${ETCD_VERSION}" go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
 step "building etcd ${ETCD_VERSION} (4 of 4)" go build -trimpath -ldflags "-s -w" -o "$stage/etcd" . >&2
+}
 
-# --- into place, all four at once -----------------------------------------------------------
+"build_$component"
+
+# --- into place, all at once ----------------------------------------------------------------
 have_all "$stage" || { log "the build left no complete set of binaries in $stage"; exit 1; }
 chmod 755 "$stage"
 mv -T "$stage" "$out"   # one rename: the cache entry appears complete or not at all

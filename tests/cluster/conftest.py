@@ -16,6 +16,9 @@ Fixture API (other suites build on these names):
   (not waited for); every one is stopped after the test.
 - ``as_service_account(namespace, account)``: a client with that ServiceAccount's token.
 - ``operator``: one operator of ``installed_chart``, ready.
+- ``kueue`` (module): Kueue of ``versions.env`` installed from its chart with its manager
+  running (:mod:`kueue_install`); its webhook configurations are removed after the module, so
+  that a stopped Kueue refuses no other module's objects.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from cluster_procs import wait_for
 from controlplane import ControlPlane, find_assets, pinned_versions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kueue_install import Kueue, remove_webhooks, start_kueue
 from operator_process import OperatorProcess
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
@@ -245,3 +249,20 @@ def operator(
     installed_chart: Installation, start_operator: Callable[..., OperatorProcess]
 ) -> OperatorProcess:
     return start_operator(installed_chart).wait_ready()
+
+
+@pytest.fixture(scope="module")
+def kueue(
+    control_plane: ControlPlane,
+    admin_api: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+) -> Iterator[Kueue]:
+    # built like the control plane when not cached (ADL_KUEUE_ASSETS: prebuilt): never a skip
+    assets = find_assets(_show_on_terminal(pytestconfig), component="kueue", binaries=("kueue",))
+    running = start_kueue(control_plane, admin_api, assets, tmp_path_factory.mktemp("kueue"))
+    try:
+        yield running
+    finally:
+        remove_webhooks(admin_api, running)
+        running.stop()

@@ -79,10 +79,15 @@ def pinned_versions() -> dict[str, str]:
 
 
 def find_assets(
-    progress: Callable[[str], None] | None = None, *, timeout_s: float = BUILD_TIMEOUT_S
+    progress: Callable[[str], None] | None = None,
+    *,
+    timeout_s: float = BUILD_TIMEOUT_S,
+    component: str = "controlplane",
+    binaries: tuple[str, ...] = BINARIES,
 ) -> Path:
-    """The directory with the four binaries: ``$ADL_K8S_ASSETS``, the cache, or a fresh build
-    (``build_assets.sh`` decides; a first build takes minutes, then is cached).
+    """The directory with the component's binaries (the control plane's four, or Kueue's):
+    ``$ADL_K8S_ASSETS`` (``$ADL_KUEUE_ASSETS``), the cache, or a fresh build (``build_assets.sh``
+    decides; a first build takes minutes, then is cached).
 
     The script's own progress lines (each step of a build, or a wait for another run's build)
     are passed to ``progress`` as they come, from this thread. On a timeout or an interrupt the
@@ -91,7 +96,10 @@ def find_assets(
     lines: queue.Queue[str | None] = queue.Queue()
     with tempfile.TemporaryFile("w+") as stdout:
         proc = subprocess.Popen(
-            ["bash", str(BUILD_SCRIPT)], stdout=stdout, stderr=subprocess.PIPE, text=True
+            ["bash", str(BUILD_SCRIPT), component],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
         def pump() -> None:
@@ -124,7 +132,7 @@ def find_assets(
             f"{BUILD_SCRIPT} failed ({returncode}); its stderr ends:\n" + "\n".join(tail)[-4000:]
         )
     assets = Path(printed.strip().splitlines()[-1])
-    missing = [b for b in BINARIES if not os.access(assets / b, os.X_OK)]
+    missing = [b for b in binaries if not os.access(assets / b, os.X_OK)]
     if missing:
         raise RuntimeError(f"{assets} lacks {missing}")
     return assets
@@ -300,6 +308,9 @@ class ControlPlane:
             "--advertise-address=127.0.0.1",
             # the `kubernetes` Service may not point at loopback; nothing here dials it
             "--endpoint-reconciler-type=none",
+            # webhooks and aggregated APIs are called at their Service's endpoints, not its
+            # ClusterIP (there is no kube-proxy here): Kueue's webhooks (kueue_install.py)
+            "--enable-aggregator-routing=true",
             f"--secure-port={self.ports.apiserver}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={self.pki.serving.cert}",

@@ -36,7 +36,18 @@ import fcntl, json, os, sys
 args = sys.argv[1:]
 with open(os.environ["STUB_GO_CALLS"], "a") as calls:
     calls.write(json.dumps(args) + "\\n")
-if args[:2] == ["mod", "download"]:
+if args[:2] == ["mod", "download"] and args[-1].startswith("sigs.k8s.io/kueue@"):
+    moddir = os.path.abspath("kueue-module")
+    os.makedirs(os.path.join(moddir, "charts", "kueue"), exist_ok=True)
+    with open(os.path.join(moddir, "charts", "kueue", "Chart.yaml"), "w") as f:
+        f.write("name: kueue\\n")
+    print(json.dumps({"Path": "sigs.k8s.io/kueue", "Dir": moddir}, indent="\\t"))
+elif args[0] == "install":
+    out = os.path.join(os.environ["GOBIN"], "kueue")
+    with open(out, "w") as binary:
+        binary.write("#!/bin/sh\\necho kueue\\n")
+    os.chmod(out, 0o755)
+elif args[:2] == ["mod", "download"]:
     modfile = os.path.abspath("kubernetes.go.mod")
     with open(modfile, "w") as f:
         f.write("module k8s.io/kubernetes\\n\\nreplace (\\n")
@@ -58,12 +69,16 @@ elif args[:2] not in (["mod", "init"], ["mod", "edit"]) and args[0] != "get":
 """
 
 
-def _entry_name() -> str:
-    pins = dict(
-        line.split("=", 1)
+def _pins() -> dict[str, str]:
+    return dict(
+        line.split("=", 1)  # type: ignore[misc]
         for line in (CLUSTER_DIR / "versions.env").read_text().splitlines()
         if "=" in line and not line.startswith("#")
     )
+
+
+def _entry_name() -> str:
+    pins = _pins()
     return f"k8s-{pins['K8S_VERSION']}_etcd-{pins['ETCD_VERSION']}"
 
 
@@ -362,3 +377,31 @@ def test_the_cluster_fixture_stops_the_build_cleanly_when_interrupted(
     with pytest.raises(Interrupted):
         controlplane.find_assets(progress)
     stub.assert_nothing_built()
+
+
+def test_kueue_is_built_into_its_own_entry_with_its_chart_and_then_reused(stub: Stub) -> None:
+    """``build_assets.sh kueue``: Kueue's manager and the chart of its module version, cached
+    beside the control plane's entry (which it neither needs nor touches); a second run only
+    finds it."""
+    entry = stub.cache / f"kueue-{_pins()['KUEUE_VERSION']}"
+    first = subprocess.run(
+        ["bash", str(SCRIPT), "kueue"], env=stub.env, capture_output=True, text=True, timeout=WAIT_S
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == str(entry)
+    assert (entry / "kueue").read_text() == "#!/bin/sh\necho kueue\n"
+    assert (entry / "charts" / "kueue" / "Chart.yaml").read_text() == "name: kueue\n"
+    assert not stub.out.exists()
+    calls = stub.calls.read_text().splitlines()
+    again = subprocess.run(
+        ["bash", str(SCRIPT), "kueue"], env=stub.env, capture_output=True, text=True, timeout=WAIT_S
+    )
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == str(entry)
+    assert stub.calls.read_text().splitlines() == calls  # no go at all the second time
+
+
+def test_an_unknown_component_is_refused(stub: Stub) -> None:
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "karpenter"], env=stub.env, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "usage" in done.stderr
