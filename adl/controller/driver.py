@@ -92,7 +92,16 @@ class Driver:
     def step_job(self, job: JobRecord, now: datetime) -> list[Action]:
         """One lifecycle step of ``job``, executed; returns the actions taken."""
         observed = self.backend.observe(job)
-        actions = step(job.key, job.spec, job.status, observed, job.desired, now, self.timing)
+        actions = step(
+            job.key,
+            job.spec,
+            job.status,
+            observed,
+            job.desired,
+            now,
+            self.timing,
+            quota_wait=job.quota_wait if job.ceiling == 0 else None,
+        )
         execute(self.backend, job, actions)
         return actions
 

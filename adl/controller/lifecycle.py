@@ -173,6 +173,9 @@ class _Step:
     desired: list[str] | None
     now: datetime
     timing: Timing
+    #: why an outside quota manager (Kueue) admits none of the job now: it waits for that
+    #: instead of for the scheduler
+    quota_wait: str | None = None
     #: stop with no grace (a hang: a stopped rank does not act on SIGTERM, its peers are
     #: blocked where they cannot checkpoint)
     hard_stop: bool = False
@@ -258,6 +261,9 @@ def _start_group(s: _Step) -> None:
     desired = s.desired or []
     if len(desired) < max(s.spec.min_replicas, 1):
         st.allocation, st.replicas, st.ready_replicas = [], 0, 0
+        if s.quota_wait is not None:
+            s.phase(Phase.PENDING, "WaitingForAdmission", s.quota_wait)
+            return
         need = max(s.spec.min_replicas, 1)
         # neutral wording: on the local backend the slots may be CPU slots, not GPUs
         s.phase(
@@ -557,11 +563,14 @@ def step(
     desired: Sequence[str] | None,
     now: datetime,
     timing: Timing | None = None,
+    *,
+    quota_wait: str | None = None,
 ) -> list[Action]:
     """Actions that move ``job`` (``namespace/name``) one step towards what its spec and the
     scheduler want. ``desired`` is the scheduler's latest allocation (one node per replica),
-    None before the first round. Calling it again with the same inputs after executing the
-    actions yields no further actions (a fixed point)."""
+    None before the first round; ``quota_wait`` says why an outside quota manager admits none
+    of the job now (its wait reason then). Calling it again with the same inputs after
+    executing the actions yields no further actions (a fixed point)."""
     s = _Step(
         job,
         spec,
@@ -570,6 +579,7 @@ def step(
         list(desired) if desired is not None else None,
         now,
         timing or Timing(),
+        quota_wait,
     )
     st = s.status
     show_hints(st, st.hints)  # the last report in status (printer columns, metrics)

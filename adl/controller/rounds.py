@@ -46,6 +46,11 @@ class JobRecord:
     status: AdaptiveJobStatus
     created: datetime
     desired: list[str] | None = None  # the scheduler's latest answer; None before any round
+    #: the most replicas an outside quota manager admitted (Kueue: ``adl.operator.kueue``);
+    #: 0 while it admits none (the job sits out), None when no quota manager decides
+    ceiling: int | None = None
+    #: why that manager admits none now (the job's wait reason while ``ceiling`` is 0)
+    quota_wait: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,11 +146,13 @@ def job_info(
     cost = hints.restart_cost_s if hints is not None and hints.restart_cost_s else None
     predicted = completed.predict(record, speedup) if completed is not None else None
     expected, basis = predicted if predicted is not None else (None, 0)
+    top = spec.max_replicas if record.ceiling is None else min(spec.max_replicas, record.ceiling)
     return JobInfo(
         name=record.key,
         speedup=speedup,
-        min_replicas=min_replicas_from_hints(spec.min_replicas, hints),
-        max_replicas=spec.max_replicas,
+        # an outside quota's ceiling bounds both (Kueue admits at least minCount replicas)
+        min_replicas=min(min_replicas_from_hints(spec.min_replicas, hints), top),
+        max_replicas=top,
         weight=spec.weight,
         age_s=max((now - record.created).total_seconds(), 0.0),
         restarts=status.restart_count(),
@@ -286,7 +293,7 @@ def plan_round(
     finishing job does. A policy failure that no single job explains (or that every job
     triggers alone) still raises: that is a bug of the policy, not a job's doing."""
     ordered = sorted(jobs, key=lambda r: (r.created, r.key))
-    live = [r for r in ordered if participates(r.spec, r.status)]
+    live = [r for r in ordered if participates(r.spec, r.status) and r.ceiling != 0]
     # finishing jobs keep what they hold; the policy shares out the rest
     pinned = {r.key for r in live if finishing(r.status, now) and _current(r)}
     movable = [r for r in live if r.key not in pinned]

@@ -31,6 +31,8 @@ from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
+from adl.operator.kueue import Admission, queue_of
+from adl.operator.kueue_sync import admissions
 from adl.operator.observe import (
     PodPhase,
     PodState,
@@ -76,6 +78,8 @@ class OperatorConfig:
     #: the ranks' heartbeats: the API served beside the operator writes them, the jobs' steps
     #: read them (hung-rank detection, ``adl.controller.liveness``)
     progress: ProgressBook = field(default_factory=ProgressBook)
+    #: jobs in a Kueue queue run as far as Kueue admits them (off: the label is not read)
+    kueue: bool = False
 
 
 class Refused(Exception):
@@ -383,7 +387,20 @@ class KubeBackend:
         else:
             bodies = self.store.list_jobs(None)
         self._listed = {job_key(b): b for b in bodies}
-        return [self._within_ceilings(r) for r in job_records(bodies)]
+        records = [self._within_ceilings(r) for r in job_records(bodies)]
+        if not self.config.kueue:
+            return records
+        admitted = admissions(self.store, bodies)
+        return [self._admitted(r, admitted) for r in records]
+
+    def _admitted(self, record: JobRecord, admitted: Mapping[str, Admission]) -> JobRecord:
+        """A job in a Kueue queue as far as Kueue admitted it (none before its Workload is)."""
+        body = self._listed[record.key]
+        queue = queue_of(body)
+        if queue is None:
+            return record
+        adm = admitted.get(body["metadata"]["uid"]) or Admission(queue=queue, count=0)
+        return dataclasses.replace(record, ceiling=adm.ceiling, quota_wait=adm.waiting_message())
 
     def _within_ceilings(self, record: JobRecord) -> JobRecord:
         """The job as its namespace's ceilings let the policy see it; a cap is said once."""

@@ -32,7 +32,8 @@ from adl.operator import backend as B
 from adl.operator import pods as P
 from adl.operator.backend import KubeBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
-from adl.operator.observe import classify_all, finished_leftovers
+from adl.operator.kueue_sync import ensure_workload, settle_workload
+from adl.operator.observe import PodPhase, classify_all, finished_leftovers
 from adl.operator.retries import API_RETRIES
 from adl.operator.scheduling import desired_allocation
 from adl.operator.store import KUBE_URL_ENV, Conflict, KubeStore
@@ -185,7 +186,23 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
             status = _status_of(body)
             desired = desired_allocation(body)
             created = parse_time(body["metadata"].get("creationTimestamp")) or _now()
-            job = JobRecord(key, spec, status, created, desired)
+            # a job in a Kueue queue runs only as far as Kueue admitted it
+            workload, admitted = (
+                await asyncio.to_thread(
+                    ensure_workload, rt.store, body, spec, rt.config.gpu_resource
+                )
+                if rt.config.kueue
+                else (None, None)
+            )
+            job = JobRecord(
+                key,
+                spec,
+                status,
+                created,
+                desired,
+                ceiling=admitted.ceiling if admitted else None,
+                quota_wait=admitted.waiting_message() if admitted else None,
+            )
             try:
                 actions, ctx = await asyncio.to_thread(_step, rt, job, body, spec)
             except (Conflict, B.Refused):
@@ -213,6 +230,10 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                     "message": starting_message(status.group, status.allocation),
                 }
                 await asyncio.to_thread(rt.store.patch_job_status, namespace, name, said, None)
+            if workload is not None:
+                alive = any(p.phase in (PodPhase.PENDING, PodPhase.RUNNING) for p in ctx.pods)
+                after = written[-1] if written else status
+                await asyncio.to_thread(settle_workload, rt.store, workload, after, alive, _now())
             for pod in finished_leftovers(ctx.pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
             suspended = any(

@@ -49,6 +49,8 @@ class Options:
     ceilings: Ceilings | None = None
     #: a node NotReady this long is lost: its pods are force-deleted and the job moves on
     node_lost_after: float = 60.0
+    #: run jobs labelled with a Kueue queue through Kueue (``adl.operator.kueue``)
+    kueue: bool = False
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -69,6 +71,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     p.add_argument("--api-url", default=Options.api_url, help="URL workers use for the API")
     p.add_argument("--round-interval", type=float, default=30.0, help="seconds between rounds")
     p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    p.add_argument(
+        "--kueue",
+        action="store_true",
+        help="jobs labelled kueue.x-k8s.io/queue-name run only as far as Kueue admits them "
+        "(each gets a Workload; needs Kueue and the chart's kueue.enabled RBAC)",
+    )
     p.add_argument(
         "--node-lost-after",
         type=float,
@@ -161,6 +169,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         api_docs=a.api_docs,
         ceilings=Ceilings(default, per_namespace),
         node_lost_after=a.node_lost_after,
+        kueue=a.kueue,
     )
 
 
@@ -215,6 +224,7 @@ async def run(opts: Options) -> None:
         metrics=metrics,
         ceilings=opts.ceilings or Ceilings(),
         timing=Timing(node_lost_s=opts.node_lost_after),
+        kueue=opts.kueue,
     )
     import adl.operator.handlers  # noqa: F401  (registers the handlers with kopf)
 

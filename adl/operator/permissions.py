@@ -49,6 +49,17 @@ NAMESPACED_PERMISSIONS: frozenset[Permission] = frozenset(
     ]
 )
 
+#: With Kueue (``--kueue``, the chart's ``kueue.enabled``), in the same namespaces: the Workload
+#: that stands for each queued job, read for its admission (listed once a round), its status
+#: patched to give an evicted or finished job's quota back. No update or delete: the job owns
+#: it (garbage collection).
+KUEUE_PERMISSIONS: frozenset[Permission] = frozenset(
+    [
+        *_grant("kueue.x-k8s.io", "workloads", "get list create"),
+        *_grant("kueue.x-k8s.io", "workloads/status", "patch"),
+    ]
+)
+
 #: kopf peering (one active operator): namespaced installs use KopfPeering objects.
 NAMESPACED_PEERING: frozenset[Permission] = frozenset(
     _grant("kopf.dev", "kopfpeerings", "list watch patch")
@@ -68,11 +79,12 @@ CLUSTER_PEERING: frozenset[Permission] = frozenset(
 )
 
 
-def required(*, namespaced: bool, peering: bool) -> frozenset[Permission]:
+def required(*, namespaced: bool, peering: bool, kueue: bool = False) -> frozenset[Permission]:
     """What an install needs. Cluster-wide installs get the namespaced grants cluster-wide."""
     perms = set(CLUSTER_PERMISSIONS)
     scope = NAMESPACED if namespaced else CLUSTER
-    perms |= {Permission(p.group, p.resource, p.verb, scope) for p in NAMESPACED_PERMISSIONS}
+    local = NAMESPACED_PERMISSIONS | (KUEUE_PERMISSIONS if kueue else frozenset())
+    perms |= {Permission(p.group, p.resource, p.verb, scope) for p in local}
     if peering:
         peer = NAMESPACED_PEERING if namespaced else CLUSTER_PEERING
         perms |= peer

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from adl import __version__
 from adl.contract import ENV_KUBE_URL
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from adl.operator.kueue import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
 from adl.operator.pods import matches_selector
 
 MERGE = "application/merge-patch+json"
@@ -152,6 +153,41 @@ class KubeStore:
 
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(self.core.read_namespaced_persistent_volume_claim, namespace, name)
+
+    # -------------------------------------------------------------- Kueue Workloads
+    def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: Any = self.custom.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj)
+
+    def list_workloads(self, namespace: str) -> list[dict[str, Any]]:
+        out: Any = self.custom.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS
+        )
+        return list(out.get("items") or [])
+
+    def create_workload(self, obj: dict[str, Any]) -> bool:
+        """False when it already exists."""
+        try:
+            self.custom.create_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, obj["metadata"]["namespace"], WORKLOADS, obj
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def patch_workload_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name, patch, _content_type=MERGE
+        )
 
     # -------------------------------------------------------------- the GPU pool
     def list_nodes(self) -> list[dict[str, Any]]:

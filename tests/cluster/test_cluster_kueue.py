@@ -3,11 +3,19 @@ installed from its own chart, its manager running with its webhooks (``kueue_ins
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from chart_install import Installation
+from cluster_jobs import bound_claim, job_manifest
 from cluster_procs import wait_for
 from kubernetes import client
 from kueue_install import Kueue
+from operator_process import OperatorProcess
+from static_node import StaticNodes
+
+from adl.operator.crd import GROUP, PLURAL, VERSION
+from adl.operator.kueue import QUEUE_LABEL
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
@@ -20,7 +28,12 @@ def kueue_object(kind: str, name: str, spec: dict[str, Any], namespace: str | No
 
 
 def create_queues(
-    api: client.ApiClient, namespace: str, name: str, gpus: int, cohort: str | None = None
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    gpus: int,
+    cohort: str | None = None,
+    preemption: bool = False,
 ) -> None:
     """A ClusterQueue ``name`` with a nominal quota of ``gpus`` GPUs (and ample CPU and memory)
     on one ResourceFlavor, and a LocalQueue of the same name in ``namespace``."""
@@ -47,6 +60,8 @@ def create_queues(
     }
     if cohort:
         spec["cohortName"] = cohort
+    if preemption:  # a higher-priority workload may evict lower ones of this queue
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
     custom.create_cluster_custom_object(
         *KUEUE, "clusterqueues", kueue_object("ClusterQueue", name, spec)
     )
@@ -105,3 +120,129 @@ def test_kueue_admits_batch_jobs_within_their_queues_quota(
         j.metadata.name for j in batch.list_namespaced_job(namespace).items if not j.spec.suspend
     ]
     assert len(running) == 1, running
+
+
+def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_evicted(
+    kueue: Kueue,
+    admin_api: client.ApiClient,
+    namespace: str,
+    install_chart: Callable[..., Installation],
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """An AdaptiveJob in a queue (1 to 4 one-GPU replicas) on an 8-GPU node, under a 4-GPU
+    quota of which a plain Job holds 3: it waits for admission with Kueue's reason, is admitted
+    for 1 replica (partial admission) and runs exactly 1 although 8 GPUs are free to adl. A
+    higher-priority Job of 4 GPUs makes Kueue evict it: adl stops its pods and gives the quota
+    back (Kueue then admits the other Job). Once that Job is gone Kueue admits it again, for
+    all 4 replicas, and adl runs 4. Throughout, the adl job's pods never request more GPUs than
+    its Workload's admission allows, as read from the API server on every poll."""
+    core = client.CoreV1Api(admin_api)
+    batch = client.BatchV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    queue = f"q-{namespace}"[:63]
+    create_queues(admin_api, namespace, queue, gpus=4, preemption=True)
+    high = f"high-{namespace}"[:63]
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "workloadpriorityclasses",
+        {
+            "apiVersion": "/".join(KUEUE),
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": high},
+            "value": 1000,
+        },
+    )
+    installation = install_chart({"scheduler": {"interval": 2}, "kueue": {"enabled": True}})
+    operator = start_operator(installation).wait_ready()
+    claim = bound_claim(admin_api, namespace, "ckpt")
+    node = f"gpu-{namespace}"[:63]
+
+    def workload() -> dict[str, Any] | None:
+        items = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
+        return next((w for w in items if w["metadata"]["name"].startswith("adaptivejob-")), None)
+
+    def admitted_count() -> int:
+        wl = workload() or {}
+        conds = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions") or []}
+        if conds.get("Admitted") != "True":
+            return 0
+        return int(wl["status"]["admission"]["podSetAssignments"][0]["count"])
+
+    def replicas() -> int:
+        """GPUs the adl job's live pods request, checked against Kueue's admission; the pods
+        kube-scheduler bound and no kubelet confirms deleting are removed as a kubelet would."""
+        pods = core.list_namespaced_pod(namespace, label_selector="adl.dev/job=elastic").items
+        gpus = 0
+        for pod in pods:
+            if pod.metadata.deletion_timestamp:
+                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                continue
+            for c in pod.spec.containers:
+                gpus += int((c.resources.requests or {}).get("nvidia.com/gpu", 0))
+        ceiling = admitted_count()
+        assert gpus <= ceiling, f"{gpus} GPUs requested, {ceiling} admitted"
+        return gpus
+
+    def remove_job(name: str) -> None:
+        """Delete a plain Job and its pods at once (no kubelet here confirms a graceful delete:
+        their GPUs would stay taken on the node)."""
+        batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}").items:
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+
+    def job_status() -> dict[str, Any]:
+        body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "elastic")
+        return dict(body.get("status") or {})
+
+    with StaticNodes(admin_api, {node: 8}):
+        batch.create_namespaced_job(namespace, batch_job("holder", queue, gpus=3))
+        wait_for(
+            lambda: not batch.read_namespaced_job("holder", namespace).spec.suspend,
+            timeout=60,
+            what="the plain Job admitted",
+            details=kueue.tail,
+        )
+        elastic = job_manifest("elastic", minReplicas=1, maxReplicas=4)
+        elastic["metadata"]["labels"] = {QUEUE_LABEL: queue}
+        elastic["spec"]["checkpoint"] = {"claimName": claim}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, elastic)
+        wl = wait_for(workload, timeout=60, what="the job's Workload", details=operator.tail)
+        (pod_set,) = wl["spec"]["podSets"]
+        assert (pod_set["count"], pod_set["minCount"]) == (4, 1)
+        assert wl["metadata"]["ownerReferences"][0]["name"] == "elastic"
+
+        wait_for(
+            lambda: replicas() == 1 and admitted_count() == 1,
+            timeout=90,
+            what="1 replica, as admitted",
+            details=lambda: f"{job_status()}\n{operator.tail()}",
+        )
+        assert len(job_status()["allocation"]) == 1  # 8 GPUs free, 1 admitted
+
+        # a higher-priority Job needing the whole quota: Kueue evicts the adl job
+        remove_job("holder")
+        urgent = batch_job("urgent", queue, gpus=4)
+        urgent.metadata.labels["kueue.x-k8s.io/priority-class"] = high
+        batch.create_namespaced_job(namespace, urgent)
+        wait_for(
+            lambda: (
+                replicas() == 0  # first: it removes the pods no kubelet confirms deleting
+                and not batch.read_namespaced_job("urgent", namespace).spec.suspend
+            ),
+            timeout=120,
+            what="the adl job evicted and stopped, its quota given to the urgent Job",
+            details=lambda: f"{job_status()}\n{workload()}\n{operator.tail()}\n{kueue.tail()}",
+        )
+        said = job_status()
+        assert said.get("reason") == "WaitingForAdmission", said
+        assert "evicted by Kueue" in said.get("message", "") or queue in said.get("message", "")
+
+        remove_job("urgent")
+        wait_for(
+            lambda: replicas() == 4,
+            timeout=120,
+            what="the adl job admitted again for 4 replicas and running them",
+            details=lambda: f"{job_status()}\n{workload()}\n{operator.tail()}",
+        )
+    core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
+    custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", high)

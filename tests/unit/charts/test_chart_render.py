@@ -23,6 +23,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "imagePullSecrets": [{"name": "regcred"}],
     },
     "no-peering": {"peering": {"enabled": False}},
+    "kueue": {"kueue": {"enabled": True}},
+    "kueue-namespaced": {
+        "kueue": {"enabled": True},
+        "namespaced": True,
+        "watchNamespaces": ["team-a"],
+    },
     "standby": {"replicaCount": 2},
     "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
     "ceilings": {
@@ -286,14 +292,25 @@ def granted(docs: list[dict[str, Any]]) -> frozenset[perms.Permission]:
 
 
 @pytest.mark.parametrize(
-    ("variant", "namespaced", "peering"),
-    [("default", False, True), ("namespaced", True, True), ("no-peering", False, False)],
+    ("variant", "namespaced", "peering", "kueue"),
+    [
+        ("default", False, True, False),
+        ("namespaced", True, True, False),
+        ("no-peering", False, False, False),
+        ("kueue", False, True, True),
+        ("kueue-namespaced", True, True, True),
+    ],
 )
 def test_rbac_grants_exactly_the_declared_permissions(
-    variant: str, namespaced: bool, peering: bool
+    variant: str, namespaced: bool, peering: bool, kueue: bool
 ) -> None:
     docs = render(VARIANTS[variant])
-    assert granted(docs) == perms.required(namespaced=namespaced, peering=peering)
+    assert granted(docs) == perms.required(namespaced=namespaced, peering=peering, kueue=kueue)
+    args = kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert ("--kueue" in args) == kueue
+    from adl.operator.main import parse_args
+
+    assert parse_args(args).kueue == kueue
     for rule in (
         r for role in kinds(docs, "ClusterRole") + kinds(docs, "Role") for r in role["rules"]
     ):

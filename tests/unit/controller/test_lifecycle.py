@@ -567,3 +567,20 @@ def test_a_replica_that_outlives_its_stop_by_far_is_reported_once() -> None:
     assert again == []  # a fixed point: no status churn, no second event
     st, acts = _drive(spec(), st, NONE, ["n1"], later)
     assert [a.group for a in acts if isinstance(a, CreateGroup)] == [2]
+
+
+def test_a_job_its_quota_manager_admits_none_of_waits_for_admission_and_says_so() -> None:
+    """While Kueue admits none of a job, the job waits with Kueue's reason, not for GPUs; a
+    running job so evicted is stopped like a preempted one (its round answer is empty)."""
+    why = "waiting for admission in Kueue queue team-a"
+    actions = step(JOB, spec(), status(Phase.PENDING, 0, []), NONE, [], NOW, quota_wait=why)
+    (set_status,) = [a for a in actions if isinstance(a, SetStatus)]
+    assert (set_status.status.phase, set_status.status.reason) == (
+        Phase.PENDING,
+        "WaitingForAdmission",
+    )
+    assert set_status.status.message == why
+    assert not [a for a in actions if isinstance(a, CreateGroup)]
+    running = status(Phase.RUNNING, 1, TWO)
+    evicted = step(JOB, spec(), running, obs(1, R, R), [], NOW, quota_wait="evicted by Kueue")
+    assert any(isinstance(a, DeleteGroup) for a in evicted)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -378,3 +379,22 @@ def test_on_cpu_slots_the_decisions_count_slots_not_gpus() -> None:
     assert waiting == "waiting: 3 slots free, too few for its minimum of 4"
     gpus = plan_round(policy, jobs, [NodeInfo("n0", 4)], NOW)  # the default: real GPUs
     assert "4 GPUs free" in gpus.decisions["ns/a"].message
+
+
+def test_an_outside_quota_ceiling_bounds_the_round() -> None:
+    """Kueue's admitted count is a hard ceiling: a job admitted for 2 of its 4 replicas is
+    offered at most 2 (and its minimum no more than that) however many GPUs are free; one with
+    nothing admitted sits out and gives back what it had; no ceiling is today's round."""
+    spec = {"minReplicas": 3, "maxReplicas": 4}
+    capped = replace(record("capped", age_s=30, spec=spec), ceiling=2)
+    waiting = replace(record("waiting", age_s=20, desired=["n0"], spec=spec), ceiling=0)
+    free = record("free", age_s=10, spec=spec)
+    policy = GreedyPolicy()
+    result = plan_round(policy, [capped, waiting, free], [NodeInfo("n0", 16)], NOW)
+    infos = {i.name: i for i in policy.calls[0][0]}
+    assert (infos["ns/capped"].min_replicas, infos["ns/capped"].max_replicas) == (2, 2)
+    assert "ns/waiting" not in infos
+    assert infos["ns/free"].max_replicas == 4
+    assert len(result.allocation["ns/capped"]) == 2
+    assert result.changed["ns/waiting"] == []
+    assert len(result.allocation["ns/free"]) == 4
