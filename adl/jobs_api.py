@@ -38,7 +38,11 @@ class BackendError(RuntimeError):
 class Backend(Protocol):
     """What every backend offers the CLI. Raise BackendError for user-facing failures."""
 
-    def submit(self, name: str, namespace: str, spec: AdaptiveJobSpec) -> JobView: ...
+    def submit(
+        self, name: str, namespace: str, spec: AdaptiveJobSpec, *, queue: str | None = None
+    ) -> JobView:
+        """``queue``: the Kueue LocalQueue to run in (Kubernetes; others ignore it)."""
+        ...
 
     def list(self, namespace: str | None = None) -> list[JobView]: ...
 

@@ -27,6 +27,7 @@ _SETTING_OF_FLAG = {
     "--storage-class": "checkpoint",
     "--claim": "checkpoint",
     "--checkpoint-size": "checkpoint",
+    "--queue": "queue",
 }
 
 
@@ -193,6 +194,14 @@ def submit(
             " of this kind (default: the image, else the script)",
         ),
     ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue",
+            help="the Kueue LocalQueue to run in (Kubernetes with the chart's kueue.enabled;"
+            " the label kueue.x-k8s.io/queue-name)",
+        ),
+    ] = None,
     backend: BackendOpt = None,
 ) -> None:
     """Submit a job: adl submit NAME -- python train.py, or adl submit -f job.yaml."""
@@ -255,14 +264,17 @@ def submit(
         namespace = namespace or "default"
         check_name(name)
         check_name(namespace, "namespace")
+        if queue is not None:
+            check_name(queue, "queue")
     except ValueError as err:  # InvalidSpec too: one readable line per problem
         raise fail(str(err), 2) from None
     b = open_backend(backend)
     ignored = b.ignored_settings() if isinstance(b, IgnoresSettings) else frozenset()
-    if unused := [flag for flag in given if _SETTING_OF_FLAG.get(flag) in ignored]:
+    used = [*given, *(["--queue"] if queue is not None else [])]
+    if unused := [flag for flag in used if _SETTING_OF_FLAG.get(flag) in ignored]:
         note(f"the {resolve_kind(backend)} backend does not use {', '.join(unused)}")
     try:
-        v = b.submit(name, namespace, spec)
+        v = b.submit(name, namespace, spec, queue=queue)
     except BackendError as err:
         raise fail(str(err)) from None
     typer.echo(f"job {v.namespace}/{v.name} submitted")

@@ -223,7 +223,9 @@ class LocalBackend:
             self._store.close()
             self._store = None
 
-    def submit(self, name: str, namespace: str, spec: AdaptiveJobSpec) -> JobView:
+    def submit(
+        self, name: str, namespace: str, spec: AdaptiveJobSpec, *, queue: str | None = None
+    ) -> JobView:
         if not spec.trainer.get("command"):
             raise BackendError(
                 "the local backend runs commands, not images: set "
@@ -318,8 +320,9 @@ class LocalBackend:
         return daemon_pid(self.home) is not None
 
     def ignored_settings(self) -> frozenset[str]:
-        # the command runs on this machine's file system: no image, no checkpoint volume
-        return frozenset({"image", "checkpoint"})
+        # the command runs on this machine's file system: no image, no checkpoint volume; no
+        # Kueue either (this machine's slots are the whole quota)
+        return frozenset({"image", "checkpoint", "queue"})
 
     def stale_note(self, views: Iterable[JobView]) -> str | None:
         """What to tell the reader of ``views`` when no daemon runs: nothing updates the

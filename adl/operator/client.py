@@ -21,6 +21,7 @@ from adl.jobs_api import BackendError, JobView
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
 from adl.operator import pods as P
 from adl.operator.crd import API_VERSION, GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION
+from adl.operator.kueue import QUEUE_LABEL
 from adl.operator.scheduling import quantity
 from adl.operator.store import MERGE, api_client
 from adl.operator.timestamps import parse_time
@@ -135,7 +136,9 @@ class KubernetesBackend:
             raise _unreachable(self.api, exc) from None
 
     # ------------------------------------------------------------------ Backend
-    def submit(self, name: str, namespace: str, spec: AdaptiveJobSpec) -> JobView:
+    def submit(
+        self, name: str, namespace: str, spec: AdaptiveJobSpec, *, queue: str | None = None
+    ) -> JobView:
         classes = self._optional(
             lambda: [c.metadata.name for c in self.storage.list_storage_class().items if c.metadata]
         )
@@ -165,7 +168,12 @@ class KubernetesBackend:
         body = {
             "apiVersion": API_VERSION,
             "kind": KIND,
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                # the label every Kueue integration reads (adl.operator.kueue)
+                **({"labels": {QUEUE_LABEL: queue}} if queue else {}),
+            },
             "spec": spec.wire(),
         }
         created = self._call(

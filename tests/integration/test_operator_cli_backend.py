@@ -255,3 +255,18 @@ async def test_cli_commands_pick_kubernetes_from_the_kube_context(k8s: Any, tmp_
     assert out.exit_code == 0 and "bert" not in objects(k8s, "adaptivejobs")
     out = await adl("describe", "bert")
     assert out.exit_code == 1 and "not found" in out.output
+
+
+async def test_submit_into_a_kueue_queue_labels_the_job(k8s: Any) -> None:
+    """``adl submit --queue team-a``: the job carries the label Kueue integrations read (the
+    operator with --kueue then makes its Workload); without it, no label at all."""
+    core = client.CoreV1Api(api_client())
+    node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}
+    await asyncio.to_thread(core.create_node, node)
+    backend = KubernetesBackend()
+    spec = AdaptiveJobSpec.model_validate({"template": TEMPLATE, "maxReplicas": 4})
+    await asyncio.to_thread(backend.submit, "queued", "default", spec, queue="team-a")
+    await asyncio.to_thread(backend.submit, "plain", "default", spec)
+    stored = objects(k8s, "adaptivejobs")
+    assert stored["queued"]["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+    assert "labels" not in stored["plain"]["metadata"]

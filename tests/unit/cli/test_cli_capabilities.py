@@ -32,6 +32,7 @@ class PlainBackend:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.queues: list[str | None] = []
         self.jobs = {
             "a": JobView(
                 "a",
@@ -42,8 +43,11 @@ class PlainBackend:
             )
         }
 
-    def submit(self, name: str, namespace: str, spec: AdaptiveJobSpec) -> JobView:
+    def submit(
+        self, name: str, namespace: str, spec: AdaptiveJobSpec, *, queue: str | None = None
+    ) -> JobView:
         self.calls.append("submit")
+        self.queues.append(queue)
         return JobView(name, namespace, spec, AdaptiveJobStatus())
 
     def list(self, namespace: str | None = None) -> list[JobView]:
@@ -86,7 +90,7 @@ class CapableBackend(PlainBackend):
         return False
 
     def ignored_settings(self) -> frozenset[str]:
-        return frozenset({"image"})
+        return frozenset({"image", "queue"})
 
 
 @pytest.fixture
@@ -159,3 +163,13 @@ def test_submit_names_the_flags_only_a_backend_that_ignores_them(use) -> None:
     code, out, err = run(*argv)
     assert code == 0 and "job default/j submitted" in out
     assert "note: the local backend does not use --image\n" in err
+
+
+def test_a_queue_goes_to_the_backend_and_a_backend_without_kueue_says_so(use) -> None:
+    backend = CapableBackend()
+    use(backend)
+    code, _, err = run("submit", "j", "--queue", "team-a", "--", "true")
+    assert code == 0 and backend.queues == ["team-a"]
+    assert "note: the local backend does not use --queue\n" in err
+    code, _, err = run("submit", "j", "--queue", "Team_A", "--", "true")
+    assert code == 2 and "invalid queue 'Team_A'" in err
