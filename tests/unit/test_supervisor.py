@@ -14,8 +14,11 @@ from pathlib import Path
 from adl.supervisor import RankSpec, Supervisor
 
 #: A rank: records that it started, and a SIGTERM (then exits 143, as a checkpointing worker
-#: does); then does what its argument says: ``exit:N``, ``wait`` (for a stop), ``ignore`` (the
-#: SIGTERM too, so only SIGKILL ends it), ``pause`` (1 s, then exit 0).
+#: does); then does what its argument says: ``exit:N``, ``ready-exit:N`` (exit N once every rank
+#: of the group has its SIGTERM handler in, so a peer's stop finds it ready: without that a busy
+#: machine can deliver the stop first, and the peer dies of the signal instead of exiting 143),
+#: ``wait`` (for a stop), ``ignore`` (the SIGTERM too, so only SIGKILL ends it), ``pause`` (1 s,
+#: then exit 0).
 RANK = """
 import os, signal, sys, time
 from pathlib import Path
@@ -27,6 +30,10 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN if action == "ignore" else on_term)
 print(f"out of {rank}")
 print(f"err of {rank}", file=sys.stderr)
 (folder / f"ready{rank}").write_text("")
+if action.startswith("ready-exit:"):
+    while not all((folder / f"ready{r}").exists() for r in range(int(os.environ["N"]))):
+        time.sleep(0.01)  # a bounded poll of the peers' files: the test's own wait
+    sys.exit(int(action[11:]))
 if action.startswith("exit:"):
     sys.exit(int(action[5:]))
 if action == "pause":
@@ -41,7 +48,7 @@ def ranks(folder: Path, *actions: str, log: bool = True) -> list[RankSpec]:
         RankSpec(
             rank=r,
             argv=[sys.executable, "-c", RANK, str(folder), action],
-            env={**os.environ, "R": str(r)},
+            env={**os.environ, "R": str(r), "N": str(len(actions))},
             log=str(folder / f"rank{r}.log") if log else None,
         )
         for r, action in enumerate(actions)
@@ -63,7 +70,7 @@ def test_exit_codes_are_returned_and_output_goes_to_the_logs(tmp_path: Path) -> 
 
 def test_a_failed_rank_stops_its_peers(tmp_path: Path) -> None:
     start = time.monotonic()
-    outcome = quiet(ranks(tmp_path, "wait", "exit:3", "wait")).run()
+    outcome = quiet(ranks(tmp_path, "wait", "ready-exit:3", "wait")).run()
     assert time.monotonic() - start < 30  # SIGTERM, not the grace period, ended the peers
     assert outcome.returncodes == [143, 3, 143]
     assert (tmp_path / "term0").exists() and (tmp_path / "term2").exists()
@@ -74,7 +81,7 @@ def test_a_failed_rank_stops_its_peers(tmp_path: Path) -> None:
 def test_a_rank_that_stopped_on_its_own_stops_its_peers(tmp_path: Path) -> None:
     """Exit 143 without a stop from us (its watchdog expired, or it saw the stop file): the
     group cannot go on with a rank missing, so the others are stopped too; no failure."""
-    outcome = quiet(ranks(tmp_path, "exit:143", "wait")).run()
+    outcome = quiet(ranks(tmp_path, "ready-exit:143", "wait")).run()
     assert outcome.returncodes == [143, 143] and (tmp_path / "term1").exists()
     assert outcome.exit_code == 143 and outcome.failure == "" and outcome.first_failed is None
 
@@ -169,7 +176,10 @@ def test_a_spawner_may_start_a_rank_its_own_way(tmp_path: Path) -> None:
         if spec.rank != 1:
             return None  # the usual way
         used.append(spec.rank)
-        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+        ready = tmp_path / "ready0"  # rank 0's stop handler is in: see ready-exit in RANK
+        code = f"import pathlib, time\nwhile not pathlib.Path({str(ready)!r}).exists():"
+        code += " time.sleep(0.01)\nraise SystemExit(7)"
+        return subprocess.Popen([sys.executable, "-c", code])
 
     outcome = Supervisor(ranks(tmp_path, "wait", "x"), to_terminal=False, spawn=spawn).run()
     assert used == [1] and outcome.returncodes == [143, 7]
