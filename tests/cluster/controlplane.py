@@ -370,6 +370,30 @@ class ControlPlane:
             lambda: core.read_namespaced_service_account("default", "default"),
         )
 
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM, then SIGKILL): a control-plane outage. Everything else
+        (etcd, the controllers, the scheduler) keeps running and retries."""
+        for proc in [p for p in self.processes if p.name == "kube-apiserver"]:
+            proc.stop()
+            self.processes.remove(proc)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port, certificates and store; returns once
+        it is ready. The controller-manager and the scheduler are restarted with it: without
+        leader election they outlive an outage with caches that never catch up again (the
+        node lifecycle and service-account controllers stopped: "read version 399 is not as
+        new as written version 418"), where a real control plane's would have lost their
+        lease and been restarted. Later tests of the session get a working control plane."""
+        if any(p.name == "kube-apiserver" and p.alive() for p in self.processes):
+            raise RuntimeError("kube-apiserver is already running")
+        self._start_apiserver()
+        for proc in [
+            p for p in self.processes if p.name in ("kube-controller-manager", "kube-scheduler")
+        ]:
+            proc.stop()
+            self.processes.remove(proc)
+        self._start_controllers()
+
     def wait_namespace_ready(self, namespace: str, timeout: float = 60.0) -> None:
         """Pods can be created in ``namespace`` once its default ServiceAccount exists (the
         ServiceAccount admission plugin refuses them before)."""

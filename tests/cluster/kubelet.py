@@ -99,6 +99,11 @@ class ProcessKubelet:
         self.claims = ClaimProvisioner(api, state_dir / "claims")
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.runs: dict[str, PodRun] = {}
+        #: pod uid -> the latest status the API server could not take yet (it was down)
+        self.unsent: dict[str, tuple[PodRun, dict[str, Any]]] = {}
+        #: pod uid -> a finished pod whose final removal the API server could not take yet
+        self.undeleted: dict[str, PodRun] = {}
+        self.resend_at = 0.0
         self.stopping = threading.Event()
         self.informer = Informer(
             self.core.list_pod_for_all_namespaces,
@@ -138,6 +143,17 @@ class ProcessKubelet:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def fail_node(self, name: str, *, abrupt: bool = False, timeout: float = 30.0) -> list[str]:
+        """The machine ``name`` dies: its heartbeat stops, its pods' processes are killed, and
+        nothing about them is reported any more (no exit, no deletion: their pods stay as the
+        API server last saw them). ``abrupt``: the pods' network is unplugged first (a power
+        loss: peers get no FIN or RST and hang until a timeout); otherwise their sockets close
+        as the processes die (peers see the connection end). Returns the pods that were
+        running there."""
+        done: queue.Queue[list[str]] = queue.Queue()
+        self.events.put(("fail", (name, abrupt, done)))
+        return done.get(timeout=timeout)
+
     def log_path(self, namespace: str, name: str) -> Path:
         """The output of the latest pod of that name (stdout and stderr together)."""
         return self.logs_dir / f"{namespace}_{name}.log"
@@ -158,11 +174,14 @@ class ProcessKubelet:
                     self._on_pod(*data)
                 elif kind == "exit":
                     self._on_exit(*data)
+                elif kind == "fail":
+                    self._on_fail(*data)
                 self._on_tick()
             except Exception:  # one bad pod must not stop the kubelet
                 log.exception("kubelet: handling %s failed", kind)
 
     def _on_tick(self) -> None:
+        self._resend()
         now = time.monotonic()
         for run in list(self.runs.values()):
             if run.kill_at is not None and now >= run.kill_at and not run.done:
@@ -207,6 +226,17 @@ class ProcessKubelet:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(run.proc.pid, signal.SIGTERM)  # the container's own process only
             run.kill_at = time.monotonic() + grace
+
+    def _on_fail(self, node: str, abrupt: bool, done: queue.Queue[list[str]]) -> None:
+        self.nodes.silence(node)
+        self.node_names.discard(node)  # events about its pods are ignored from now on
+        lost = [r for r in self.runs.values() if (r.pod.get("spec") or {}).get("nodeName") == node]
+        for run in lost:
+            if abrupt and run.address is not None:
+                self.network.cut(run.address)
+            self._kill_all(run)
+            self._forget(run)  # its exit, when it comes, finds no run: nothing is reported
+        done.put([f"{r.namespace}/{r.name}" for r in lost])
 
     def _on_exit(self, uid: str, returncode: int) -> None:
         run = self.runs.get(uid)
@@ -394,23 +424,49 @@ class ProcessKubelet:
 
     # ------------------------------------------------------------------ API writes
     def _patch_status(self, run: PodRun, status: dict[str, Any]) -> None:
+        """Report ``status``; while the API server is unreachable it is kept (the latest per
+        pod) and sent when the server is back, as the kubelet's status manager does."""
+        self.unsent.pop(run.uid, None)
         try:
             self.core.patch_namespaced_pod_status(run.name, run.namespace, {"status": status})
         except ApiException as exc:
-            if exc.status != 404:  # gone meanwhile: nothing to report to
+            if _retryable(exc):
+                self.unsent[run.uid] = (run, status)
+            elif exc.status != 404:  # gone meanwhile: nothing to report to
                 log.warning("status of %s/%s: %s", run.namespace, run.name, exc.reason)
+        except Exception as exc:  # connection refused: the control plane is down
+            log.warning("status of %s/%s kept to send later: %r", run.namespace, run.name, exc)
+            self.unsent[run.uid] = (run, status)
 
     def _finish_delete(self, run: PodRun) -> None:
-        """Remove the pod for good (grace 0), only this incarnation (uid precondition)."""
+        """Remove the pod for good (grace 0), only this incarnation (uid precondition); tried
+        again later while the API server is unreachable."""
+        self.undeleted.pop(run.uid, None)
         body = client.V1DeleteOptions(
             grace_period_seconds=0, preconditions=client.V1Preconditions(uid=run.uid)
         )
         try:
             self.core.delete_namespaced_pod(run.name, run.namespace, body=body)
         except ApiException as exc:
-            if exc.status not in (404, 409):
+            if _retryable(exc):
+                self.undeleted[run.uid] = run
+            elif exc.status not in (404, 409):
                 log.warning("delete %s/%s: %s", run.namespace, run.name, exc.reason)
+        except Exception as exc:
+            log.warning("delete %s/%s kept to do later: %r", run.namespace, run.name, exc)
+            self.undeleted[run.uid] = run
         self._forget(run)
+
+    def _resend(self) -> None:
+        """Statuses and deletions the API server could not take, tried again."""
+        now = time.monotonic()
+        if now < self.resend_at or not (self.unsent or self.undeleted):
+            return
+        self.resend_at = now + RETRY_S
+        for run, status in list(self.unsent.values()):
+            self._patch_status(run, status)
+        for run in list(self.undeleted.values()):
+            self._finish_delete(run)
 
     def _forget(self, run: PodRun) -> None:
         self.runs.pop(run.uid, None)
@@ -427,6 +483,11 @@ class ProcessKubelet:
         if run.proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(run.proc.pid, signal.SIGKILL)
+
+
+def _retryable(exc: ApiException) -> bool:
+    """An answer that a later try may change: the server (or a proxy) is failing or busy."""
+    return exc.status in (0, 429) or exc.status >= 500
 
 
 def _dns_names(pod: Mapping[str, Any]) -> list[str]:

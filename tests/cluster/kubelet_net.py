@@ -190,6 +190,12 @@ class PodNetwork:
         ]
         _ip("-n", netns, "-batch", "-", stdin="\n".join(pod) + "\n")
 
+    def cut(self, address: PodAddress) -> None:
+        """Unplug the pod's interface (the veth pair goes): its peers get no FIN or RST from
+        it any more, as when a machine loses power."""
+        with contextlib.suppress(subprocess.CalledProcessError):
+            _ip("-n", address.netns, "link", "del", "eth0")
+
     def remove(self, address: PodAddress) -> None:
         with self._lock:
             self._pods.pop(address.netns, None)

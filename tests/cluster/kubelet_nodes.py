@@ -123,6 +123,8 @@ class NodeKeeper:
         self.host_ip = host_ip
         self.heartbeat_s = heartbeat_s
         self.stopping = threading.Event()
+        #: nodes whose machine "died": no more leases or status from them
+        self.dead: set[str] = set()
         self.thread = threading.Thread(target=self._beat, name="node-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -193,12 +195,19 @@ class NodeKeeper:
         while not self.stopping.wait(self.heartbeat_s):
             now = datetime.now(UTC)
             for spec in self.nodes:
+                if spec.name in self.dead:
+                    continue
                 try:
                     self._renew(spec, now)
                     status = node_status(spec, self.host_ip, now)
                     self.core.patch_node_status(spec.name, {"status": status})
                 except Exception as exc:  # the control plane may be restarting: try next beat
                     log.warning("heartbeat of %s: %r", spec.name, exc)
+
+    def silence(self, name: str) -> None:
+        """Stop heartbeating ``name`` (its lease and Ready condition go stale): the node
+        lifecycle controller marks it NotReady after its grace period, as for a dead machine."""
+        self.dead.add(name)
 
     def stop(self) -> None:
         self.stopping.set()
