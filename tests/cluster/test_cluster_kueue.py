@@ -60,8 +60,12 @@ def create_queues(
     }
     if cohort:
         spec["cohortName"] = cohort
-    if preemption:  # a higher-priority workload may evict lower ones of this queue
-        spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    if preemption:  # a higher-priority workload may evict lower ones of this queue, and a
+        # queue takes back the quota another of its cohort borrowed
+        spec["preemption"] = {
+            "withinClusterQueue": "LowerPriority",
+            "reclaimWithinCohort": "Any",
+        }
     custom.create_cluster_custom_object(
         *KUEUE, "clusterqueues", kueue_object("ClusterQueue", name, spec)
     )
@@ -246,3 +250,79 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
         )
     core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
     custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", high)
+
+
+def test_a_job_borrows_idle_quota_and_gives_it_back_when_its_lender_needs_it(
+    kueue: Kueue,
+    admin_api: client.ApiClient,
+    namespace: str,
+    install_chart: Callable[..., Installation],
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """Two teams' queues of 4 GPUs each in one cohort. Team B's job (1 to 8 replicas) borrows
+    team A's idle quota: Kueue admits it for 8, and adl runs it on 4 (its own ramp: a job that
+    has measured nothing starts on at most one node's worth). Team A submits a 4-GPU Job: Kueue
+    reclaims its quota by evicting B's Workload, adl stops the job (a preemption) and gives the
+    quota back, A's Job is admitted, and B's job is admitted again within B's own quota (4) and
+    runs 4. The pods of B's job never request more GPUs than its Workload's admission, at every
+    poll."""
+    core = client.CoreV1Api(admin_api)
+    batch = client.BatchV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    cohort = f"c-{namespace}"[:63]
+    team_a, team_b = f"a-{namespace}"[:63], f"b-{namespace}"[:63]
+    create_queues(admin_api, namespace, team_a, gpus=4, cohort=cohort, preemption=True)
+    create_queues(admin_api, namespace, team_b, gpus=4, cohort=cohort, preemption=True)
+    installation = install_chart({"scheduler": {"interval": 2}, "kueue": {"enabled": True}})
+    operator = start_operator(installation).wait_ready()
+    claim = bound_claim(admin_api, namespace, "ckpt")
+
+    def admitted_count() -> int:
+        items = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
+        wl = next((w for w in items if w["metadata"]["name"].startswith("adaptivejob-")), {})
+        conds = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions") or []}
+        if conds.get("Admitted") != "True":
+            return 0
+        return int(wl["status"]["admission"]["podSetAssignments"][0]["count"])
+
+    def replicas() -> int:
+        pods = core.list_namespaced_pod(namespace, label_selector="adl.dev/job=borrower").items
+        gpus = 0
+        for pod in pods:
+            if pod.metadata.deletion_timestamp:  # as a kubelet would confirm it
+                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                continue
+            for c in pod.spec.containers:
+                gpus += int((c.resources.requests or {}).get("nvidia.com/gpu", 0))
+        ceiling = admitted_count()
+        assert gpus <= ceiling, f"{gpus} GPUs requested, {ceiling} admitted"
+        return gpus
+
+    def status() -> dict[str, Any]:
+        body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "borrower")
+        return dict(body.get("status") or {})
+
+    with StaticNodes(admin_api, {f"gpu-{namespace}"[:63]: 8}):
+        job = job_manifest("borrower", minReplicas=1, maxReplicas=8)
+        job["metadata"]["labels"] = {QUEUE_LABEL: team_b}
+        job["spec"]["checkpoint"] = {"claimName": claim}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
+        wait_for(
+            lambda: replicas() == 4 and admitted_count() == 8,
+            timeout=90,
+            what="team B's job admitted for 8 (4 borrowed), running 4",
+            details=lambda: f"{status()}\n{operator.tail()}",
+        )
+        batch.create_namespaced_job(namespace, batch_job("lender", team_a, gpus=4))
+        wait_for(
+            lambda: (
+                replicas() == 4 and not batch.read_namespaced_job("lender", namespace).spec.suspend
+            ),
+            timeout=150,
+            what="team A's Job admitted, team B's job back within its own 4",
+            details=lambda: f"{status()}\n{operator.tail()}\n{kueue.tail()}",
+        )
+        assert admitted_count() == 4
+        restarts = status().get("restarts") or {}
+        assert restarts.get("preemption", 0) >= 1, status()  # stopped through a checkpoint
+    core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
