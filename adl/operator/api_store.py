@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -33,6 +34,15 @@ def _status(body: dict[str, Any]) -> AdaptiveJobStatus:
     return AdaptiveJobStatus.from_object(body)
 
 
+#: how long a token checked against its job's hash is taken without reading the job again: each
+#: rank's heartbeat (every few seconds) would otherwise cost one GET of the job on the API
+#: server. The bound on what it lets through: a job deleted and created again under the same
+#: name takes the old job's token for at most this long.
+TOKEN_CACHE_S = 10.0
+#: jobs remembered at most (past it the memory starts over: one more GET per job)
+TOKEN_CACHE_JOBS = 10_000
+
+
 def _token_hash(body: dict[str, Any]) -> str:
     return str((body["metadata"].get("annotations") or {}).get(P.ANNOTATION_TOKEN_HASH) or "")
 
@@ -45,8 +55,12 @@ class OperatorApiStore:
         store: KubeStore,
         namespaces: list[str] | None = None,
         progress: ProgressBook | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        self._clock = clock
+        #: job -> (the token digest its hash matched, until when that is taken unread)
+        self._verified: dict[str, tuple[str, float]] = {}
         self.namespaces = namespaces or []
         #: the operator's (``OperatorConfig.progress``): heartbeats stay in this process's
         #: memory, never in the job's status (one write per rank every few seconds)
@@ -73,8 +87,15 @@ class OperatorApiStore:
 
     async def token_owner(self, token: str, job: str) -> str | None:
         digest = token_digest(token)
+        now = self._clock()
+        known = self._verified.get(job)
+        if known is not None and known[0] == digest and now < known[1]:
+            return job  # checked against the job's hash within TOKEN_CACHE_S
         with contextlib.suppress(UnknownJob):  # the common case: one GET, no list
             if find_owner([(job, _token_hash(await self._job(job)))], digest) == job:
+                if len(self._verified) >= TOKEN_CACHE_JOBS:
+                    self._verified.clear()
+                self._verified[job] = (digest, now + TOKEN_CACHE_S)
                 return job
         # Only to tell another job's token (403) from no job's (401).
         return find_owner(((job_key(b), _token_hash(b)) for b in await self._jobs()), digest)

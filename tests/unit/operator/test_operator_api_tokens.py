@@ -34,12 +34,14 @@ class Jobs:
     def __init__(self, bodies: list[dict[str, Any]]) -> None:
         self.bodies = bodies
         self.lists = 0
+        self.gets = 0
 
     def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         self.lists += 1
         return copy.deepcopy(self.bodies)
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.gets += 1
         for b in self.bodies:
             if (b["metadata"]["namespace"], b["metadata"]["name"]) == (namespace, name):
                 return copy.deepcopy(b)
@@ -69,3 +71,25 @@ async def test_a_status_the_models_refuse_leaves_one_job_out_of_the_metrics() ->
     edited["status"] = {"phase": "Running", "restarts": {"cosmic-ray": 1}}
     api = OperatorApiStore(Jobs([good, edited]))  # type: ignore[arg-type]
     assert [s.key for s in await api.list_jobs()] == ["team-a/good"]
+
+
+async def test_a_checked_token_is_taken_unread_for_a_few_seconds_only() -> None:
+    """Heartbeats come from every rank every few seconds: a token that matched its job's hash
+    is taken without reading the job again for TOKEN_CACHE_S, then checked again; a wrong
+    token is never remembered, and the right one of another job is not taken for this one."""
+    from adl.operator.api_store import TOKEN_CACHE_S
+
+    now = [100.0]
+    jobs = Jobs([job("team-a", "victim", DIGEST), job("team-b", "other", "0" * 64)])
+    api = OperatorApiStore(jobs, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert await api.token_owner(TOKEN, "team-a/victim") == "team-a/victim"
+    assert await api.token_owner(TOKEN, "team-a/victim") == "team-a/victim"
+    assert jobs.gets == 1
+    assert await api.token_owner("wrong", "team-a/victim") is None
+    assert await api.token_owner("wrong", "team-a/victim") is None
+    assert jobs.gets == 3  # a refused token is read again each time
+    assert await api.token_owner(TOKEN, "team-b/other") == "team-a/victim"  # still 403
+    now[0] += TOKEN_CACHE_S + 0.1
+    gets = jobs.gets
+    assert await api.token_owner(TOKEN, "team-a/victim") == "team-a/victim"
+    assert jobs.gets == gets + 1  # past the bound: read again
