@@ -15,6 +15,7 @@ metrics name every job of every tenant, and the schema lists every route.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated
@@ -61,12 +62,20 @@ async def authorized_job(
 Job = Annotated[str, Depends(authorized_job)]
 
 
-def _metrics_route(app: FastAPI, store: ApiStore, m: AdlMetrics) -> None:
+def _metrics_route(
+    app: FastAPI, store: ApiStore, m: AdlMetrics, token: Callable[[], str | None] | None = None
+) -> None:
     @app.get("/metrics", tags=["health"], response_class=Response)
-    async def metrics_endpoint() -> Response:
-        """Prometheus text exposition (job gauges are read from the store at scrape time)."""
+    async def metrics_endpoint(authorization: Annotated[str | None, Header()] = None) -> Response:
+        """Prometheus text exposition (job gauges are read from the store at scrape time).
+        Where a metrics ``token`` is set, only a scrape bearing it gets the families that name
+        jobs; any other gets the same figures without names."""
+        named = True
+        if token is not None:
+            expected, given = token(), bearer_token(authorization)
+            named = bool(expected and given and hmac.compare_digest(expected, given))
         m.set_jobs(await call(store.list_jobs))
-        return Response(content=m.render(), media_type=CONTENT_TYPE)
+        return Response(content=m.render(named=named), media_type=CONTENT_TYPE)
 
 
 def create_metrics_app(store: ApiStore, metrics: AdlMetrics) -> FastAPI:
@@ -85,11 +94,13 @@ def create_app(
     title: str = "adl",
     docs: bool = False,
     serve_metrics: bool = True,
+    metrics_token: Callable[[], str | None] | None = None,
 ) -> FastAPI:
     """A service over ``store``. ``metrics`` (kept by the caller to record round latencies)
     defaults to a fresh registry; it is also reachable as ``app.state.metrics``. ``docs``
     serves ``/docs``, ``/redoc`` and ``/openapi.json``; ``serve_metrics=False`` leaves
-    ``/metrics`` to a ``create_metrics_app`` on another port."""
+    ``/metrics`` to a ``create_metrics_app`` on another port; ``metrics_token`` (read per
+    scrape) keeps the families that name jobs to scrapes bearing it."""
     app = FastAPI(
         title=title,
         summary="adl control-plane API: job hints, rendezvous, health and metrics",
@@ -219,5 +230,5 @@ def create_app(
         return JSONResponse({"status": "ready"})
 
     if serve_metrics:
-        _metrics_route(app, store, m)
+        _metrics_route(app, store, m, metrics_token)
     return app

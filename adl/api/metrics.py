@@ -47,10 +47,16 @@ def _split(key: str) -> tuple[str, str]:
 class _JobCollector(Collector):
     """Job families built from the last snapshot handed to ``AdlMetrics.set_jobs``."""
 
-    def __init__(self) -> None:
+    def __init__(self, named: bool = True, source: _JobCollector | None = None) -> None:
         self.jobs: Sequence[JobSnapshot] = ()
+        #: per-job families (labels namespace, name); False: the phase counts only
+        self.named = named
+        #: read the snapshot of another collector (the anonymous view of the same jobs)
+        self._source = source
 
     def collect(self) -> Iterator[Metric]:
+        if self._source is not None:
+            self.jobs = self._source.jobs
         labels = ["namespace", "name"]
         by_phase = GaugeMetricFamily("adl_jobs", "Jobs by phase", labels=["phase"])
         replicas = GaugeMetricFamily("adl_job_replicas", "Replicas allocated", labels=labels)
@@ -99,7 +105,9 @@ class _JobCollector(Collector):
             service.add_metric(ids, served)
         for phase, n in counts.items():
             by_phase.add_metric([phase.value], n)
-        yield from (by_phase, replicas, gpus, restarts, goodput, batch, service)
+        yield by_phase
+        if self.named:
+            yield from (replicas, gpus, restarts, goodput, batch, service)
 
 
 class AdlMetrics:
@@ -122,6 +130,12 @@ class AdlMetrics:
             labelnames=["code"],
             registry=self.registry,
         )
+        #: what a scrape without the metrics token gets where one is required (the local
+        #: daemon): the same figures without job names (jobs by phase, rounds, reports)
+        self.anonymous = CollectorRegistry()
+        self.anonymous.register(_JobCollector(named=False, source=self._jobs))
+        for shared in (self.round_latency, self.rounds, self.hints_reports):
+            self.anonymous.register(shared)
 
     def observe_round(self, seconds: float) -> None:
         self.rounds.inc()
@@ -130,5 +144,6 @@ class AdlMetrics:
     def set_jobs(self, jobs: Iterable[JobSnapshot]) -> None:
         self._jobs.jobs = tuple(jobs)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, named: bool = True) -> bytes:
+        """The exposition; ``named=False`` leaves out every family that names a job."""
+        return generate_latest(self.registry if named else self.anonymous)

@@ -3,13 +3,17 @@ so the daemon serves the same hints, rendezvous and metrics endpoints as the ope
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adl.api.auth import find_owner
 from adl.api.store import JobSnapshot, UnknownJob
 from adl.controller.env import node_slots
 from adl.controller.liveness import ProgressBook
+from adl.local.private import write_private
 from adl.local.store import JobNotFound, Store
 from adl.models import GroupInfo, Heartbeat, Hints
 
@@ -89,4 +93,23 @@ def build_app(daemon: Daemon) -> Any:
 
     daemon.metrics = AdlMetrics()
     store = LocalApiStore(daemon.store, daemon.progress)
-    return create_app(store, metrics=daemon.metrics, title="adl local")
+    # The API listens on loopback, where every local user reaches it: job names in /metrics
+    # only for a scrape bearing the token kept 0600 in the state directory.
+    token = metrics_token(daemon.home)
+    return create_app(store, metrics=daemon.metrics, title="adl local", metrics_token=lambda: token)
+
+
+#: the file in the state directory holding the bearer token of /metrics' per-job families
+METRICS_TOKEN_FILE = "metrics-token"
+
+
+def metrics_token(home: Path) -> str:
+    """The daemon's metrics token: read from ``home``, or made there (0600) the first time."""
+    path = home / METRICS_TOKEN_FILE
+    with contextlib.suppress(FileNotFoundError):
+        text = path.read_text().strip()
+        if text:
+            return text
+    token = secrets.token_urlsafe(32)
+    write_private(path, token + "\n")
+    return token

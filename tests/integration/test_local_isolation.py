@@ -75,7 +75,12 @@ def test_a_hostile_report_does_not_stop_scheduling_for_the_others(
         console.print(jobs_table(views))
     assert "Running" in cap.get()
     assert "Phase:        Running" in describe_text(backend.get("a", "default"))
-    code, body = _http(f"{url}/metrics")
+    metrics_token = (home / "metrics-token").read_text().strip()
+    assert (home / "metrics-token").stat().st_mode & 0o777 == 0o600
+    code, body = _http(f"{url}/metrics", token=metrics_token)
     assert code == 200 and b'adl_job_replicas{name="b",namespace="default"}' in body
+    # another local user reaches the loopback port too: without the token, no job names
+    code, body = _http(f"{url}/metrics", token=token)  # a job's token is not the metrics one
+    assert code == 200 and b"adl_jobs{" in body and b'name="b"' not in body
     backend.delete("a", "default")
     backend.delete("b", "default")

@@ -393,3 +393,24 @@ def test_the_job_a_request_names_wins_a_duplicate_token() -> None:
     assert find_owner(table, "same", prefer="ns/a") == "ns/a"
     assert find_owner(table, "same", prefer="ns/b") == "ns/b"
     assert find_owner(table, "same", prefer="ns/c") == "ns/b"  # 403 for ns/c
+
+
+def test_with_a_metrics_token_only_its_bearer_gets_the_families_that_name_jobs(
+    store: MemoryStore,
+) -> None:
+    """The local daemon's API listens on loopback, where every local user reaches it: with a
+    metrics token, a scrape without it (or with a job's token) gets the same figures without
+    job names; with it, everything. Without a token set (the operator, whose metrics port a
+    NetworkPolicy guards), every scrape gets everything."""
+    guarded = TestClient(create_app(store, metrics_token=lambda: "m-token"))
+    guarded.put(URL, json=HINTS, headers=auth("ns/a"))
+    for headers in ({}, {"Authorization": "Bearer wrong"}, auth("ns/a")):
+        text = guarded.get("/metrics", headers=headers).text
+        s = _samples(text)
+        assert s[("adl_jobs", (("phase", "Running"),))] == 1
+        assert 'name="a"' not in text and "adl_job_replicas" not in text
+        assert ("adl_hints_reports_total", (("code", "204"),)) in s
+    named = guarded.get("/metrics", headers={"Authorization": "Bearer m-token"}).text
+    assert _samples(named)[("adl_job_replicas", (("name", "a"), ("namespace", "ns")))] == 3
+    open_app = TestClient(create_app(store))
+    assert 'name="a"' in open_app.get("/metrics").text
