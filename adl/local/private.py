@@ -117,6 +117,11 @@ def make_private_home(home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
     st = home.stat()
     mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o700 != 0o700:  # ours, but closed to us: every read would fail further in
+        raise PermissionError(
+            errno.EACCES,
+            f"you may not read, write or enter it (mode {oct(mode)}): run chmod u+rwx {home}",
+        )
     if not mode & 0o077:
         return
     narrowed = 0

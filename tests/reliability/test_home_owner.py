@@ -57,3 +57,18 @@ def test_a_home_writable_by_others_is_refused_with_the_fix(tmp_path: Path) -> No
     home.chmod(0o777)
     with pytest.raises(BackendError, match=rf"mode 0o777\): they could .*chmod go-w {home}"):
         ensure_home(home)
+
+
+def test_a_home_closed_to_its_owner_is_refused_with_the_fix_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """Mode 000 on our own home: one line naming the mode and the fix (it was a raw
+    PermissionError traceback from the first file read in it)."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    home.chmod(0)
+    try:
+        with pytest.raises(BackendError, match=r"mode 0o0\): run chmod u\+rwx"):
+            ensure_home(home)
+    finally:
+        home.chmod(0o700)
