@@ -64,16 +64,22 @@ class KubeStore:
         self.custom = client.CustomObjectsApi(self.api)
 
     # -------------------------------------------------------------- AdaptiveJobs
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _get_custom(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> dict[str, Any] | None:
+        """A namespaced custom object; None when it does not exist."""
         try:
             obj: Any = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
+                group, version, namespace, plural, name
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
         return dict(obj)
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_custom(GROUP, VERSION, namespace, PLURAL, name)
 
     def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         out: Any
@@ -156,15 +162,7 @@ class KubeStore:
 
     # -------------------------------------------------------------- Kueue Workloads
     def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj: Any = self.custom.get_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(obj)
+        return self._get_custom(KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name)
 
     def list_workloads(self, namespace: str) -> list[dict[str, Any]]:
         out: Any = self.custom.list_namespaced_custom_object(

@@ -19,7 +19,6 @@ import base64
 import contextlib
 import copy
 import ipaddress
-import json
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -114,11 +113,6 @@ class Kueue:
 
     process: ManagedProcess
     objects: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        cm = next(o for o in self.objects if o["kind"] == "ConfigMap")
-        return dict(yaml.safe_load(next(iter(cm["data"].values()))))
 
     def tail(self, lines: int = 60) -> str:
         return self.process.tail(lines)
@@ -252,8 +246,3 @@ def remove_webhooks(api: client.ApiClient, kueue: Kueue) -> None:
                 admission.delete_mutating_webhook_configuration(name)
             elif obj["kind"] == "ValidatingWebhookConfiguration":
                 admission.delete_validating_webhook_configuration(name)
-
-
-def summary(obj: Any) -> str:
-    """A compact JSON of an API object, for assertion messages."""
-    return json.dumps(obj, default=str)[:2000]

@@ -73,6 +73,39 @@ def create_queues(
     custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", local)
 
 
+def adl_workload(api: client.ApiClient, namespace: str) -> dict[str, Any] | None:
+    """The Workload the operator made for the namespace's AdaptiveJob (tests run one)."""
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        *KUEUE, namespace, "workloads"
+    )["items"]
+    return next((w for w in items if w["metadata"]["name"].startswith("adaptivejob-")), None)
+
+
+def admitted_count(api: client.ApiClient, namespace: str) -> int:
+    """Replicas Kueue admitted the AdaptiveJob for, as the API server holds it (0: none)."""
+    wl = adl_workload(api, namespace) or {}
+    conds = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions") or []}
+    if conds.get("Admitted") != "True":
+        return 0
+    return int(wl["status"]["admission"]["podSetAssignments"][0]["count"])
+
+
+def gpus_within_admission(api: client.ApiClient, namespace: str, job: str) -> int:
+    """GPUs the job's live pods request, asserted never above Kueue's admission; pods that
+    kube-scheduler bound and no kubelet confirms deleting are removed as a kubelet would."""
+    core = client.CoreV1Api(api)
+    gpus = 0
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"adl.dev/job={job}").items:
+        if pod.metadata.deletion_timestamp:
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+            continue
+        for c in pod.spec.containers:
+            gpus += int((c.resources.requests or {}).get("nvidia.com/gpu", 0))
+    ceiling = admitted_count(api, namespace)
+    assert gpus <= ceiling, f"{gpus} GPUs requested, {ceiling} admitted"
+    return gpus
+
+
 def batch_job(name: str, queue: str, gpus: int) -> client.V1Job:
     container = client.V1Container(
         name="main",
@@ -162,30 +195,10 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
     node = f"gpu-{namespace}"[:63]
 
     def workload() -> dict[str, Any] | None:
-        items = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
-        return next((w for w in items if w["metadata"]["name"].startswith("adaptivejob-")), None)
-
-    def admitted_count() -> int:
-        wl = workload() or {}
-        conds = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions") or []}
-        if conds.get("Admitted") != "True":
-            return 0
-        return int(wl["status"]["admission"]["podSetAssignments"][0]["count"])
+        return adl_workload(admin_api, namespace)
 
     def replicas() -> int:
-        """GPUs the adl job's live pods request, checked against Kueue's admission; the pods
-        kube-scheduler bound and no kubelet confirms deleting are removed as a kubelet would."""
-        pods = core.list_namespaced_pod(namespace, label_selector="adl.dev/job=elastic").items
-        gpus = 0
-        for pod in pods:
-            if pod.metadata.deletion_timestamp:
-                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-                continue
-            for c in pod.spec.containers:
-                gpus += int((c.resources.requests or {}).get("nvidia.com/gpu", 0))
-        ceiling = admitted_count()
-        assert gpus <= ceiling, f"{gpus} GPUs requested, {ceiling} admitted"
-        return gpus
+        return gpus_within_admission(admin_api, namespace, "elastic")
 
     def remove_job(name: str) -> None:
         """Delete a plain Job and its pods at once (no kubelet here confirms a graceful delete:
@@ -216,7 +229,7 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
         assert wl["metadata"]["ownerReferences"][0]["name"] == "elastic"
 
         wait_for(
-            lambda: replicas() == 1 and admitted_count() == 1,
+            lambda: replicas() == 1 and admitted_count(admin_api, namespace) == 1,
             timeout=90,
             what="1 replica, as admitted",
             details=lambda: f"{job_status()}\n{operator.tail()}",
@@ -277,26 +290,8 @@ def test_a_job_borrows_idle_quota_and_gives_it_back_when_its_lender_needs_it(
     operator = start_operator(installation).wait_ready()
     claim = bound_claim(admin_api, namespace, "ckpt")
 
-    def admitted_count() -> int:
-        items = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
-        wl = next((w for w in items if w["metadata"]["name"].startswith("adaptivejob-")), {})
-        conds = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions") or []}
-        if conds.get("Admitted") != "True":
-            return 0
-        return int(wl["status"]["admission"]["podSetAssignments"][0]["count"])
-
     def replicas() -> int:
-        pods = core.list_namespaced_pod(namespace, label_selector="adl.dev/job=borrower").items
-        gpus = 0
-        for pod in pods:
-            if pod.metadata.deletion_timestamp:  # as a kubelet would confirm it
-                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-                continue
-            for c in pod.spec.containers:
-                gpus += int((c.resources.requests or {}).get("nvidia.com/gpu", 0))
-        ceiling = admitted_count()
-        assert gpus <= ceiling, f"{gpus} GPUs requested, {ceiling} admitted"
-        return gpus
+        return gpus_within_admission(admin_api, namespace, "borrower")
 
     def status() -> dict[str, Any]:
         body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "borrower")
@@ -308,7 +303,7 @@ def test_a_job_borrows_idle_quota_and_gives_it_back_when_its_lender_needs_it(
         job["spec"]["checkpoint"] = {"claimName": claim}
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
         wait_for(
-            lambda: replicas() == 4 and admitted_count() == 8,
+            lambda: replicas() == 4 and admitted_count(admin_api, namespace) == 8,
             timeout=90,
             what="team B's job admitted for 8 (4 borrowed), running 4",
             details=lambda: f"{status()}\n{operator.tail()}",
@@ -322,7 +317,7 @@ def test_a_job_borrows_idle_quota_and_gives_it_back_when_its_lender_needs_it(
             what="team A's Job admitted, team B's job back within its own 4",
             details=lambda: f"{status()}\n{operator.tail()}\n{kueue.tail()}",
         )
-        assert admitted_count() == 4
+        assert admitted_count(admin_api, namespace) == 4
         restarts = status().get("restarts") or {}
         assert restarts.get("preemption", 0) >= 1, status()  # stopped through a checkpoint
     core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
