@@ -10,8 +10,8 @@ the process kubelet:
   job. The survivor fails on its lost peer and the group is stopped, but the dead node's pod
   never confirms its stop; adl treats the group as gone once the node is NotReady past
   ``--node-lost-after``, force-deletes that pod and runs the job again on the other node from
-  its last periodic checkpoint, with nobody deleting anything by hand; the job completes with
-  every epoch accounted for. (With the node's network unplugged first, a power loss, the
+  its last periodic checkpoint, with nobody deleting anything by hand; every epoch it prints is
+  accounted for. (With the node's network unplugged first, a power loss, the
   survivor hangs instead, and hung-rank detection stops the group, pods and all, before the
   node counts as lost.)
 """
@@ -60,15 +60,16 @@ def with_env(path: Path, **env: str) -> Path:
     return path
 
 
-def assert_exact(kubelet: ProcessKubelet, namespace: str, job: str, epochs: int) -> list[Any]:
-    """Every epoch of the job's life ran to its end with every sample once: the last record of
+def assert_exact(kubelet: ProcessKubelet, namespace: str, job: str) -> list[Any]:
+    """Every epoch printed so far ran to its end with every sample once: the last record of
     each epoch (a group that resumed from a periodic checkpoint redoes the epochs after it,
     which an earlier group may have printed already) counts ``SIZE`` samples more than the
-    previous epoch's."""
+    previous epoch's, and no epoch is missing."""
     records = epoch_records(kubelet, namespace, job)
     last: dict[int, Any] = {}
     for _, record in records:
         last[record["epoch"]] = record
+    epochs = len(last)
     assert sorted(last) == list(range(epochs)), records
     assert [last[e]["samples"] for e in range(epochs)] == [SIZE * (e + 1) for e in range(epochs)]
     return records
@@ -170,7 +171,10 @@ def test_a_lost_node_is_handled_without_anyone(
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    epochs = 20  # a few at two replicas, the rest at one (seconds each on a loaded machine)
+    # never reached, whatever the machine's speed (CI once finished 20 epochs in 7 s, before
+    # the first round could grow the job): the test checks the epochs printed once the job has
+    # run a few on the surviving node
+    epochs = 100_000
     op = adl_operator(installed_chart, extra_args=(f"--node-lost-after={NODE_LOST_S}",))
     op.wait_ready()
     manifest = variant(tmp_path, "lost", epochs=epochs, terminationGracePeriodSeconds=10)
@@ -239,13 +243,19 @@ def test_a_lost_node_is_handled_without_anyone(
     assert f"node {node} NotReady for" in said[0], said
     assert "force-deleted" in said[0], said
 
+    # a few epochs past the ones the lost group had printed (the new group redoes those after
+    # the checkpoint it resumed from)
+    printed = max(r["epoch"] for _, r in epoch_records(kubelet, namespace, "lost"))
     jobs.wait(
-        "the job Succeeded",
-        lambda: jobs.status("lost").get("phase") == "Succeeded",
+        "epochs of the group on the surviving node",
+        lambda: any(
+            g > group and r["epoch"] >= printed + 2
+            for g, r in epoch_records(kubelet, namespace, "lost")
+        ),
         TIMEOUT_S,
         details,
     )
-    records = assert_exact(kubelet, namespace, "lost", epochs)
+    records = assert_exact(kubelet, namespace, "lost")
     # resumed from a checkpoint of the lost group, not from the start
     first_after = next(r for g, r in records if g > group)
     assert first_after["epoch"] > 0, records
