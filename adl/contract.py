@@ -85,6 +85,8 @@ ENV_GRACE_PERIOD_S = "ADL_GRACE_PERIOD_S"
 #: Seconds between periodic checkpoints (0: none; unset: every 5 minutes, or at most 2% of the
 #: training time when a save is slow).
 ENV_CHECKPOINT_INTERVAL_S = "ADL_CHECKPOINT_INTERVAL_S"
+#: "0" keeps periodic checkpoints synchronous (they are written in the background otherwise)
+ENV_CHECKPOINT_ASYNC = "ADL_CHECKPOINT_ASYNC"
 #: torch.distributed timeout of the job's process group, in seconds.
 ENV_DIST_TIMEOUT_S = "ADL_DIST_TIMEOUT_S"
 #: Hung-rank detection: the floor, in seconds, of how long a rank may make no step progress

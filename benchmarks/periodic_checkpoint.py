@@ -6,7 +6,9 @@ at each interval asked for. It prints the saves, their mean duration and the tim
 as a share of the wall time, beside the wall time against the run without them (which varies
 by several percent from run to run on a shared machine). The default interval (unset) is 5
 minutes, or 50 save durations when a save is slow, so at most 2% of training time goes to
-saving; short intervals here make the cost measurable in a short run.
+saving; short intervals here make the cost measurable in a short run. Each interval runs with
+periodic saves written synchronously and in the background (``--modes``): the pause measured is
+the time the training loop waited (the whole write, or only the copy to host memory).
 
     .venv/bin/python benchmarks/periodic_checkpoint.py --json periodic_checkpoint.json
 """
@@ -14,6 +16,7 @@ saving; short intervals here make the cost measurable in a short run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -57,12 +60,13 @@ def child(width: int, steps: int) -> None:
     print(json.dumps({"wall_s": wall, "saves": saves, "params": params}))
 
 
-def run(width: int, steps: int, interval: float) -> dict[str, Any]:
+def run(width: int, steps: int, interval: float, mode: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         env.update(
             ADL_CHECKPOINT_DIR=str(Path(tmp) / "ckpt"),
             ADL_CHECKPOINT_INTERVAL_S=str(interval),
+            ADL_CHECKPOINT_ASYNC="1" if mode == "background" else "0",
             OMP_NUM_THREADS="1",
         )
         cmd = [sys.executable, __file__, CHILD, str(width), str(steps)]
@@ -70,10 +74,14 @@ def run(width: int, steps: int, interval: float) -> dict[str, Any]:
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def median_run(width: int, steps: int, interval: float, repeats: int) -> dict[str, Any]:
+def median_run(
+    width: int, steps: int, interval: float, repeats: int, mode: str = "sync"
+) -> dict[str, Any]:
     """The run of median wall time out of ``repeats`` (wall time varies by several percent from
     run to run on a shared machine; the time spent saving is measured directly)."""
-    runs = sorted((run(width, steps, interval) for _ in range(repeats)), key=lambda r: r["wall_s"])
+    runs = sorted(
+        (run(width, steps, interval, mode) for _ in range(repeats)), key=lambda r: r["wall_s"]
+    )
     return runs[len(runs) // 2]
 
 
@@ -86,28 +94,42 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--intervals", default="2,5", help="seconds between checkpoints")
     p.add_argument("--repeats", type=int, default=3, help="runs per row (the median is shown)")
+    p.add_argument(
+        "--modes",
+        default="sync,background",
+        help="how periodic saves are written: sync (the ranks wait for the file) or background "
+        "(they wait for a copy in host memory; ADL_CHECKPOINT_ASYNC)",
+    )
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args()
     rows = []
-    print("| params | interval s | wall s (median) | saves | mean save s | saving/wall | vs off |")
-    print("|---|---|---|---|---|---|---|")
+    modes = a.modes.split(",")
+    if not set(modes) <= {"sync", "background"}:
+        p.error(f"--modes: sync and/or background, not {a.modes!r}")
+    print(
+        "| params | interval s | saves written | wall s (median) | saves | mean pause s "
+        "| paused/wall | vs off |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for width in (int(w) for w in a.widths.split(",")):
         base = median_run(width, a.steps, 0.0, a.repeats)
-        print(f"| {base['params']:,} | off | {base['wall_s']:.2f} | 0 | - | - | - |", flush=True)
+        print(
+            f"| {base['params']:,} | off | - | {base['wall_s']:.2f} | 0 | - | - | - |", flush=True
+        )
         rows.append({"width": width, "interval_s": 0.0, **base})
-        for interval in (float(i) for i in a.intervals.split(",")):
-            got = median_run(width, a.steps, interval, a.repeats)
+        for interval, mode in itertools.product((float(i) for i in a.intervals.split(",")), modes):
+            got = median_run(width, a.steps, interval, a.repeats, mode)
             saves = got["saves"]
             mean = sum(saves) / len(saves) if saves else 0.0
             share = sum(saves) / got["wall_s"]
             overhead = got["wall_s"] / base["wall_s"] - 1.0
             print(
-                f"| {got['params']:,} | {interval:g} | {got['wall_s']:.2f} | {len(saves)} | "
-                f"{mean:.3f} | {share:.1%} | {overhead:+.1%} |",
+                f"| {got['params']:,} | {interval:g} | {mode} | {got['wall_s']:.2f} | "
+                f"{len(saves)} | {mean:.3f} | {share:.1%} | {overhead:+.1%} |",
                 flush=True,
             )
             rows.append(
-                {"width": width, "interval_s": interval, "saving_share": share,
+                {"width": width, "interval_s": interval, "mode": mode, "saving_share": share,
                  "overhead": overhead, **got}
             )  # fmt: skip
     if a.json is not None:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from adl.client_lib.checkpoint_async import BackgroundWriter, snapshot
 from adl.client_lib.restart_cost import SAVED_AT
 
 if TYPE_CHECKING:
@@ -406,35 +407,71 @@ def verify_external(directory: Path, states: dict[str, Any]) -> None:
                 )
 
 
-def save(ctx: JobContext) -> Path | None:
+def save(ctx: JobContext, *, background: bool = False) -> Path | None:
     """Collective checkpoint of every registered state; rank 0 writes, all ranks wait for it.
 
     States restored from the last checkpoint but not registered (yet) in this run are carried
     over unchanged, so a lazily created object does not lose its state.
+
+    ``background``: rank 0 snapshots the states and writes them on its writer thread
+    (:mod:`adl.client_lib.checkpoint_async`); the ranks wait only for the snapshot, and the
+    path returned is None (the file is not committed yet). Every save first waits for the
+    background write under way, and raises (on rank 0, after the barrier) its error if it failed.
     """
+    failed: Exception | None = None
+    writer = ctx.checkpoint_writer
+    if writer is not None:
+        try:
+            writer.wait()
+        except Exception as err:  # raised after the barrier, like a failure of this save
+            failed = err
     for state in ctx.states.values():
         prepare = getattr(state, "prepare_checkpoint", None)
         if callable(prepare):
             prepare()
     path: Path | None = None
-    failed: Exception | None = None
+    submitted = False  # to the writer thread, which reports the save's duration itself
     directory = ctx.env.checkpoint_dir
     saved_at = ctx.restart.saving()
-    if ctx.rank == 0 and directory is not None:
+    if ctx.rank == 0 and directory is not None and failed is None:
         try:
             states: dict[str, Any] = dict(ctx.pending_restored)
             for name, state in ctx.states.items():
                 states[name] = state.state_dict()
-            path = write(directory, states, saved_at, ctx.env.group or None)
-            log.info("checkpoint written to %s", path)
+            if background:
+                path = _write_in_background(ctx, directory, states, saved_at)
+                submitted = path is None
+            else:
+                path = write(directory, states, saved_at, ctx.env.group or None)
+                log.info("checkpoint written to %s", path)
         except Exception as err:  # raised after the barrier, which the other ranks are in
             failed = err
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier(group=ctx.cpu_group)
     if failed is not None:
         raise failed
-    ctx.restart.saved()
+    if not submitted:
+        ctx.restart.saved()
     return path
+
+
+def _write_in_background(
+    ctx: JobContext, directory: Path, states: dict[str, Any], saved_at: float
+) -> Path | None:
+    """Snapshot ``states`` and hand the write to rank 0's writer thread; a state that cannot be
+    copied (an object deepcopy refuses) is written synchronously instead, as before."""
+    group = ctx.env.group or None
+    try:
+        frozen = snapshot(states)  # training goes on mutating the originals in place
+    except Exception as err:
+        log.warning("checkpoint written synchronously: its states cannot be copied (%s)", err)
+        return write(directory, states, saved_at, group)
+    if ctx.checkpoint_writer is None:
+        ctx.checkpoint_writer = BackgroundWriter()
+    ctx.checkpoint_writer.submit(
+        lambda: write(directory, frozen, saved_at, group), done=ctx.restart.save_took
+    )
+    return None
 
 
 class Tracked:

@@ -127,6 +127,9 @@ class JobContext:
         # Called after a periodic checkpoint (AdaptiveDataParallel: the step-time profile skips
         # the interval the save took).
         self.checkpoint_hooks: list[Callable[[], None]] = []
+        # Rank 0's writer of background periodic checkpoints (adl.client_lib.checkpoint_async),
+        # made at the first such save.
+        self.checkpoint_writer: Any | None = None
 
     # ------------------------------------------------------------------ placement
 
@@ -179,11 +182,12 @@ class JobContext:
         """Whether this process resumed from a checkpoint (a restart, not a fresh start)."""
         return self._resumed
 
-    def save(self) -> Path | None:
-        """Collective: every rank calls it; rank 0 writes the checkpoint atomically."""
+    def save(self, *, background: bool = False) -> Path | None:
+        """Collective: every rank calls it; rank 0 writes the checkpoint atomically (on its
+        writer thread when ``background``: see :func:`adl.client_lib.checkpoint.save`)."""
         from adl.client_lib import checkpoint
 
-        return checkpoint.save(self)
+        return checkpoint.save(self, background=background)
 
     # ------------------------------------------------------------------ goodput provider
 

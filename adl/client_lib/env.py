@@ -230,6 +230,11 @@ def shutdown() -> None:
     if ctx.preemption is not None:
         ctx.preemption.drain(timeout_s=_EXIT_DRAIN_S)
         ctx.preemption.uninstall()
+    if ctx.checkpoint_writer is not None:  # a periodic checkpoint still being written commits
+        try:
+            ctx.checkpoint_writer.wait()
+        except Exception as err:  # logged when it failed; the one before it stays
+            log.debug("background checkpoint write failed: %s", err)
     if dist.is_initialized():
         _exit_barrier(ctx.cpu_group)
         dist.destroy_process_group()

@@ -16,7 +16,10 @@ contributes CHECKPOINT (below STOP), and at the boundary where that value is agr
 saves and goes on training. So a hard failure (kill -9, a lost node, an OOM kill) loses at most
 the interval, not everything since the last resize. The interval is ``$ADL_CHECKPOINT_INTERVAL_S``
 (0: none), else a budget: every 5 minutes, or less often when a save is slow, so that saving
-takes at most 2% of the training time (50 save durations apart).
+takes at most 2% of the training time (50 save durations apart). Periodic saves are written in
+the background (:mod:`adl.client_lib.checkpoint_async`; ``$ADL_CHECKPOINT_ASYNC=0`` turns that
+off): the ranks pause only while rank 0 copies the states to host memory, and that pause is what
+the budget counts. A stop's checkpoint is always written before the process exits.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from adl.client_lib.checkpoint_async import background_saves_from_env
 from adl.client_lib.heartbeat import StepClock
 from adl.contract import (
     ENV_CHECKPOINT_INTERVAL_S,
@@ -93,6 +97,7 @@ class PreemptionMonitor:
         file_poll_s: float = _FILE_POLL_S,
         checkpoint_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        background_saves: bool = True,
     ) -> None:
         self.group = group
         self.grace_s = grace_s
@@ -100,6 +105,8 @@ class PreemptionMonitor:
         self.file_poll_s = file_poll_s
         #: seconds between periodic checkpoints; None: the default budget; 0: none
         self.checkpoint_interval_s = checkpoint_interval_s
+        #: periodic saves written on rank 0's writer thread (adl.client_lib.checkpoint_async)
+        self.background_saves = background_saves
         self._clock = clock
         self._last_save = clock()  # this process's start counts as the last save
         self._save_s = 0.0  # how long the last periodic save took
@@ -128,7 +135,13 @@ class PreemptionMonitor:
         interval = checkpoint_interval_from_env(e)
         if env.checkpoint_dir is None:
             interval = 0.0  # nowhere to save
-        return cls(group=group, grace_s=grace, stop_file=stop_file, checkpoint_interval_s=interval)
+        return cls(
+            group=group,
+            grace_s=grace,
+            stop_file=stop_file,
+            checkpoint_interval_s=interval,
+            background_saves=background_saves_from_env(e),
+        )
 
     # ------------------------------------------------------------------ local detection
 
@@ -283,7 +296,9 @@ def periodic_checkpoint(ctx: JobContext) -> None:
     monitor = ctx.preemption
     start = time.monotonic()
     with _saving(ctx):
-        ctx.save()
+        # in the background, the training pauses only for the snapshot: that is what the
+        # budget below counts (the write's duration goes to the restart-cost estimate)
+        ctx.save(background=monitor is not None and monitor.background_saves)
     took = time.monotonic() - start
     if monitor is not None:
         monitor.checkpointed(took)

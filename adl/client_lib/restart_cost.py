@@ -83,6 +83,12 @@ class RestartClock:
             self._save_s = self._clock() - self._saving
             self._saving = None
 
+    def save_took(self, seconds: float) -> None:
+        """A save written in the background took ``seconds`` from its start to its commit (a
+        stop's save, which the estimate counts, writes the same bytes)."""
+        self._save_s = seconds
+        self._saving = None
+
     def estimate_s(self) -> float | None:
         """Seconds a restart costs this job, or None before the first training step."""
         if self._first_step is None:

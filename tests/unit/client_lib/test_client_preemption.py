@@ -149,12 +149,15 @@ def test_a_bad_interval_is_refused_with_its_bounds(raw: str) -> None:
         checkpoint_interval_from_env({"ADL_CHECKPOINT_INTERVAL_S": raw})
 
 
+@pytest.mark.parametrize("background", ["1", "0"])
 def test_the_loader_takes_a_periodic_checkpoint_and_goes_on(
-    make_context: MakeContext, tmp_path: Path
+    make_context: MakeContext, tmp_path: Path, background: str
 ) -> None:
     """At the step boundary where it is due: the checkpoint holds every step before it, and the
-    iteration continues (no exit); the hooks (the profile's pause) run after the save."""
-    ctx = make_context(ADL_CHECKPOINT_INTERVAL_S="1")
+    iteration continues (no exit); the hooks (the profile's pause) run after the save. Written
+    in the background (the default) it holds the same: the loader's state at the save, not the
+    later one."""
+    ctx = make_context(ADL_CHECKPOINT_INTERVAL_S="1", ADL_CHECKPOINT_ASYNC=background)
     assert ctx.preemption is not None
     now = [0.0]
     ctx.preemption._clock = lambda: now[0]
@@ -168,5 +171,8 @@ def test_the_loader_takes_a_periodic_checkpoint_and_goes_on(
         if taken == 3:
             now[0] = 1.0  # the interval has passed: the next boundary saves
     assert taken == 8 and hooked == [3]  # 30 samples in batches of 4: all 8, one save
+    assert (ctx.checkpoint_writer is not None) == (background == "1")
+    if ctx.checkpoint_writer is not None:
+        ctx.checkpoint_writer.wait()  # what a restart reads is the committed file
     states = checkpoint.load(tmp_path / "ckpt")
     assert states is not None and states["data"]["offset"] == 12  # 3 batches of 4 consumed
