@@ -32,6 +32,13 @@ def register(app: typer.Typer) -> None:
         prewarm: Annotated[
             bool, typer.Option(help="keep a warm shim (torch imported) for each resize")
         ] = True,
+        policy: Annotated[
+            str,
+            typer.Option(
+                help="the scheduling policy: adl, a baseline (sia, pollux, tiresias, optimus, "
+                "fifo, ...: the names `adl simulate --policy` takes) or module:Class"
+            ),
+        ] = "adl",
         policy_knob: PolicyKnobOpt = None,
     ) -> None:
         """Start the daemon in the background (no-op when one is running)."""
@@ -39,16 +46,19 @@ def register(app: typer.Typer) -> None:
         from adl.jobs_api import BackendError
         from adl.local.client import daemon_pid, save_settings, start_daemon
         from adl.local.store import default_home
+        from adl.sched import registry
         from adl.sched.policy_knobs import parse_knobs
 
         where = home or default_home()
         try:
             knobs = parse_knobs(policy_knob or [])
+            registry.policy_factory(policy, knobs=knobs)  # refused here, not in the daemon's log
         except ValueError as err:
             raise fail(str(err), 2) from None
         flags = ["--slots", str(slots)] if slots else []
         flags += ["--round-s", str(round_s)] if round_s else []
         flags += [] if prewarm else ["--no-prewarm"]
+        flags += [] if policy == "adl" else [f"--policy={policy}"]
         flags += [f"--policy-knob={name}={value!r}" for name, value in knobs.items()]
         if foreground:
             from adl.local import daemon
@@ -65,6 +75,7 @@ def register(app: typer.Typer) -> None:
                 for flag, value in (
                     ("--slots", slots),
                     ("--round-s", round_s),
+                    ("--policy", policy != "adl"),
                     ("--policy-knob", knobs),
                     ("--no-prewarm", not prewarm),
                 )

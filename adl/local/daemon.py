@@ -347,19 +347,6 @@ class Daemon:
             self.metrics.observe_round(result.duration_s)
 
 
-def load_policy(spec: str, home: Path) -> Callable[[], Policy]:
-    """``module:factory`` -> a policy factory; the factory gets the state directory when it
-    accepts an argument (tests steer a policy through a file there)."""
-    import importlib
-    import inspect
-
-    module, _, attr = spec.partition(":")
-    factory: Callable[..., Policy] = getattr(importlib.import_module(module), attr or "Policy")
-    if inspect.signature(factory).parameters:
-        return lambda: factory(home)
-    return factory
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="adl-local-daemon", description=__doc__)
     parser.add_argument("--home", type=Path, default=None)
@@ -369,14 +356,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tick-s", type=float, default=0.2)
     parser.add_argument("--backoff-s", type=float, default=None, help="failure backoff base")
     parser.add_argument(
-        "--policy", default=None, help="module:factory returning a Policy (default AdlPolicy)"
+        "--policy",
+        default="adl",
+        help="a policy by name (adl, or a baseline: "
+        f"{', '.join(n for n in registry.names() if n != 'adl')}) or module:Class of one's own",
     )
     parser.add_argument(
         "--policy-knob",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; not with --policy)",
+        help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; the adl policy only)",
     )
     parser.add_argument(
         "--no-prewarm", action="store_true", help="start every group from a fresh interpreter"
@@ -390,8 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         knobs = parse_knobs(args.policy_knob)
     except ValueError as err:
         parser.error(str(err))
-    if knobs and args.policy:
-        parser.error("--policy-knob sets the default adl policy's constants; not with --policy")
+    try:  # the same registry as the operator's and the simulator's
+        factory = registry.policy_factory(args.policy, knobs=knobs)
+    except (ValueError, ImportError, AttributeError) as err:
+        parser.error(f"--policy {args.policy}: {err}")
     visible = visible_gpus()
     if args.gpus and args.slots is None and visible is not None and args.gpus > len(visible):
         parser.error(f"--gpus {args.gpus}, but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs")
@@ -412,9 +404,9 @@ def main(argv: list[str] | None = None) -> int:
         timing=timing,
         prewarm=not args.no_prewarm,
     )
-    factory = (
-        load_policy(args.policy, home) if args.policy else registry.policy_factory(knobs=knobs)
-    )
+    # the state directory, for whatever the daemon starts (and a policy of one's own) to find
+    os.environ["ADL_HOME"] = str(home)
+    log.info("scheduling policy: %s", args.policy)
     if knobs:
         log.info("adl policy knobs: %s", knobs)
     try:

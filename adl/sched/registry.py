@@ -10,6 +10,7 @@ completion, and whether it reads jobs' true remaining work (an oracle baseline).
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -34,8 +35,16 @@ class PolicyEntry:
         module, _, attr = self.target.partition(":")
         cls = getattr(importlib.import_module(module), attr)
         extra = dict(knobs or {}) if self.takes_knobs else {}
+        if self.custom and "seed" not in inspect.signature(cls).parameters:
+            own: Policy = cls()  # a policy of one's own need not take a seed
+            return own
         policy: Policy = cls(seed=seed, **extra)
         return policy
+
+    @property
+    def custom(self) -> bool:
+        """A policy named by its ``module:Class`` rather than registered under a name."""
+        return self.name == self.target
 
 
 _REGISTRY: dict[str, PolicyEntry] = {}
@@ -48,10 +57,19 @@ def register(entry: PolicyEntry) -> None:
 
 
 def entry(name: str) -> PolicyEntry:
+    """The registered policy called ``name``, or a policy of one's own named by its
+    ``module:Class`` (it declares no capabilities: no knobs, a round per interval only)."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        if not module or not attr:
+            raise ValueError(f"policy {name!r}: expected a registered name or module:Class")
+        return PolicyEntry(name, name)
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(names())}") from None
+        raise ValueError(
+            f"unknown policy {name!r}; choose one of {', '.join(names())}, or module:Class"
+        ) from None
 
 
 def names() -> tuple[str, ...]:

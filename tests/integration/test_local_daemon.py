@@ -214,9 +214,11 @@ def test_python_in_a_job_is_the_interpreter_adl_runs_under(
     [
         ["--policy-knob=srpt_power=high"],
         ["--policy-knob=srpt_power=0", "--policy=mod:factory"],
+        ["--policy-knob=srpt_power=0", "--policy=sia"],
+        ["--policy=no-such-policy"],
     ],
 )
-def test_the_daemon_refuses_bad_policy_knobs(tmp_path, argv) -> None:
+def test_the_daemon_refuses_bad_policies_and_knobs(tmp_path, argv) -> None:
     from adl.local.client import DB_NAME
     from adl.local.daemon import main
 

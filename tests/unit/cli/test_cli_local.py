@@ -183,6 +183,36 @@ def test_local_up_policy_knobs_reach_the_daemons_policy(adl_home: Path) -> None:
         adl("local", "down")
 
 
+def test_local_up_runs_the_policy_it_names_from_the_registry(adl_home: Path) -> None:
+    try:
+        code, out = adl("local", "up", "--policy", "tiresias")
+        assert code == 0, out
+        pid = daemon_pid(adl_home)
+        assert pid is not None and pid > 0
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--policy=tiresias" in argv
+        assert "scheduling policy: tiresias" in (adl_home / "daemon.log").read_text()
+        code, out = adl("local", "status")
+        assert "up with: --policy=tiresias" in out
+    finally:
+        adl("local", "down")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--policy", "gavel"], "unknown policy 'gavel'"),
+        (["--policy", "sia", "--policy-knob", "fairness=1"], "apply to the adl policy only"),
+    ],
+)
+def test_local_up_refuses_a_bad_policy_before_starting(
+    adl_home: Path, flags: list[str], message: str
+) -> None:
+    code, out = adl("local", "up", *flags)
+    assert code == 2 and message in out, out
+    assert daemon_pid(adl_home) is None
+
+
 @pytest.mark.parametrize(
     ("knob", "message"),
     [("srpt_pwr=1", "unknown policy knob 'srpt_pwr'"), ("fairness=-1", "must be in [0, inf)")],

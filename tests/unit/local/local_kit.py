@@ -3,6 +3,7 @@ tests steer by hand, and polling."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -40,12 +41,13 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0, every: float = 0.0
 
 
 class FilePolicy(FixedPolicy):
-    """A FixedPolicy for a daemon in another process: replica counts come from
-    ``<home>/policy.json`` (``{"job-name": n}``), re-read every round."""
+    """A FixedPolicy for a daemon in another process (``--policy local_kit:FilePolicy``):
+    replica counts come from ``$ADL_HOME/policy.json`` (``{"job-name": n}``; the daemon sets
+    ``ADL_HOME`` to its state directory), re-read every round."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.file = Path(home) / "policy.json"
+        self.file = Path(os.environ["ADL_HOME"]) / "policy.json"
 
     def optimize(self, jobs, nodes, previous):  # type: ignore[no-untyped-def]
         import json
