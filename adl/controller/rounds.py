@@ -51,6 +51,9 @@ class JobRecord:
     ceiling: int | None = None
     #: why that manager admits none now (the job's wait reason while ``ceiling`` is 0)
     quota_wait: str | None = None
+    #: the only nodes the job may run on (Kueue: the nodes of its admitted flavor), or None:
+    #: any node of the round
+    nodes: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ def job_info(
         gpus_per_replica=spec.gpus_per_replica,
         submit_order=order,
         priority=spec.priority,
+        nodes=record.nodes,
     )
 
 
@@ -317,7 +321,8 @@ def plan_round(
             faults.update(blamed)
             infos = [i for i in infos if i.name not in blamed]
     allocation = {
-        r.key: previous[r.key] if r.key in kept else list(raw.get(r.key, [])) for r in live
+        r.key: previous[r.key] if r.key in kept else _confined(r, raw.get(r.key) or [])
+        for r in live
     }
     # against what is recorded: a job no round has answered yet (None) gets its answer recorded
     # even when it is nothing (the operator runs a round at once for a job without one, and
@@ -347,6 +352,16 @@ def plan_round(
     return RoundResult(
         allocation, changed, len(infos), decisions=decisions, faults=faults, holds=holds
     )
+
+
+def _confined(record: JobRecord, answer: Sequence[str]) -> list[str]:
+    """The policy's answer for a job confined to ``record.nodes``, without the replicas placed
+    outside them: a policy that reads ``JobInfo.nodes`` places none there, and any other
+    policy (the baselines) is kept to it here. Fewer than the job's minimum is none at all."""
+    if record.nodes is None:
+        return list(answer)
+    kept = [n for n in answer if n in record.nodes]
+    return kept if len(kept) >= max(record.spec.min_replicas, 1) else []
 
 
 def _holds(

@@ -91,15 +91,22 @@ class Cluster:
         return True
 
     def place(
-        self, replicas: int, gpus_per_replica: int = 1, prefer: Sequence[int] = ()
+        self,
+        replicas: int,
+        gpus_per_replica: int = 1,
+        prefer: Sequence[int] = (),
+        allowed: frozenset[int] | None = None,
     ) -> Placement | None:
         """Where ``replicas`` replicas would go now (fewest nodes), or None if they do not fit.
 
         Among placements with the fewest nodes, the ``prefer`` nodes (where the job runs or ran)
         win, so a job that keeps or regains its size lands where it was and need not move.
+        ``allowed``: the only nodes the job may use (its node pool), None for any.
         """
         if replicas <= 0:
             return {}
+        if allowed is not None:
+            return self._place_within(replicas, gpus_per_replica, prefer, allowed)
         need = replicas * gpus_per_replica
         if need <= self.max_gpus:
             for i in prefer:
@@ -114,6 +121,34 @@ class Cluster:
             if mine is not None and len(mine) <= len(best):
                 return mine
         return best
+
+    def _place_within(
+        self, replicas: int, gpus_per_replica: int, prefer: Sequence[int], allowed: frozenset[int]
+    ) -> Placement | None:
+        """:meth:`place`'s rules over the ``allowed`` nodes only: a preferred node that fits,
+        else the best fit, else the preferred then the emptiest open nodes. A scan of the
+        allowed nodes rather than the buckets (which hold every node): jobs confined to a pool
+        are few, and their pools small next to the cluster."""
+        need = replicas * gpus_per_replica
+        mine = [i for i in dict.fromkeys(prefer) if i in allowed]
+        for i in mine:
+            if self.free[i] >= need:
+                return {i: replicas}
+        fitting = [i for i in sorted(allowed) if self.free[i] >= need]
+        if fitting:
+            return {min(fitting, key=lambda i: (self.free[i], i)): replicas}
+        rest = sorted((i for i in allowed if i not in mine), key=lambda i: (-self.free[i], i))
+        placement: Placement = {}
+        left = replicas
+        for i in (*mine, *rest):
+            per_node = self.free[i] // gpus_per_replica
+            if self.owner[i] is not None or per_node <= 0:
+                continue
+            placement[i] = min(per_node, left)
+            left -= placement[i]
+            if left == 0:
+                return placement
+        return None
 
     def _spread(
         self, replicas: int, gpus_per_replica: int, prefer: Sequence[int]

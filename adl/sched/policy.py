@@ -95,6 +95,8 @@ class _Job:
     #: what taking all of a running job's GPUs costs the objective: its restart at its
     #: current speed (added to every placement of the job, so that preemption loses it)
     charge: float = 0.0
+    #: the node indices the job may use (``JobInfo.nodes``), None for any
+    allowed: frozenset[int] | None = None
 
     @property
     def gpr(self) -> int:
@@ -282,7 +284,7 @@ class AdlPolicy:
                 options.append(job.prev)
             prefer = [*current, *(job.prev or ())]
             for target in self._targets(job, cluster.max_gpus // gpr):
-                placed = cluster.place(target, gpr, prefer)
+                placed = cluster.place(target, gpr, prefer, job.allowed)
                 if placed is not None:
                     options.append(placed)
             for option in options:
@@ -318,7 +320,15 @@ class AdlPolicy:
         for info in sorted(jobs, key=lambda j: (j.submit_order, j.name)):
             prev_names = previous.get(info.name) or []
             prev = cluster.from_names(prev_names) if prev_names else None
-            cap = self.replica_cap(info, total, cluster.max_gpus)
+            allowed, pool = None, total
+            if info.nodes is not None:
+                # confined to a node pool: its GPUs bound the job, and a placement outside it
+                # (the pool changed) is no placement to keep
+                allowed = frozenset(cluster.index[n] for n in info.nodes if n in cluster.index)
+                pool = sum(cluster.capacity[i] for i in allowed)
+                if prev is not None and not set(prev) <= allowed:
+                    prev = None
+            cap = self.replica_cap(info, pool, cluster.max_gpus)
             if prev is not None and sum(prev.values()) > max(cap, 0):
                 cap = max(cap, min(sum(prev.values()), info.max_replicas))
             out.append(
@@ -333,6 +343,7 @@ class AdlPolicy:
                     prev_replicas=sum(prev.values()) if prev else 0,
                     table=self._table(info, cluster.max_gpus, cap),
                     placement={},
+                    allowed=allowed,
                 )
             )
             if self.knobs.speedup_power != 1.0:
@@ -548,7 +559,7 @@ class AdlPolicy:
             job = work[idx]
             prefer = list(job.prev or ())
             for count in range(counts[idx], max(job.info.min_replicas, 1) - 1, -1):
-                placed = cluster.place(count, job.gpr, prefer)
+                placed = cluster.place(count, job.gpr, prefer, job.allowed)
                 if placed is not None:
                     self._commit(job, placed, cluster)
                     break

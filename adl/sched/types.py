@@ -76,6 +76,10 @@ class JobInfo:
     submit_order: int = 0  # tie-breaker: earlier submissions first
     priority: int = 0  # strict tiers: higher-priority jobs are served first
     kind: str = ""  # similar jobs share a kind; "" = none
+    #: the only nodes this job may run on (a node pool: the nodes of the flavor an outside
+    #: quota manager admitted it on), or None: any node it is given. A policy that does not
+    #: read it is kept to it by the round (``adl.controller.rounds.plan_round``).
+    nodes: frozenset[str] | None = None
 
 
 class Policy(Protocol):

@@ -398,3 +398,22 @@ def test_an_outside_quota_ceiling_bounds_the_round() -> None:
     assert len(result.allocation["ns/capped"]) == 2
     assert result.changed["ns/waiting"] == []
     assert len(result.allocation["ns/free"]) == 4
+
+
+def test_a_job_confined_to_nodes_is_kept_to_them_whatever_the_policy():
+    """``JobRecord.nodes`` (Kueue: the admitted flavor's nodes) reaches the policy, and a
+    policy that does not read it (the baselines; here one that hands out slots in node order)
+    has its replicas outside them removed: fewer than the job's minimum is none."""
+    nodes = [NodeInfo("a", 2), NodeInfo("b", 2)]
+    confined = replace(record("c", age_s=30, spec={"maxReplicas": 3}), nodes=frozenset({"b"}))
+    gang = replace(
+        record("g", age_s=20, spec={"minReplicas": 3, "maxReplicas": 3}), nodes=frozenset({"b"})
+    )
+    policy = GreedyPolicy()
+    result = plan_round(policy, [confined, gang], nodes, NOW)
+    seen = {info.name: info.nodes for info in policy.calls[0][0]}
+    assert seen == {"ns/c": frozenset({"b"}), "ns/g": frozenset({"b"})}
+    assert result.allocation == {"ns/c": ["b"], "ns/g": []}
+    # adl's own policy places it there in the first place
+    adl = plan_round(AdlPolicy(), [confined], nodes, NOW)
+    assert adl.allocation["ns/c"] and set(adl.allocation["ns/c"]) == {"b"}

@@ -77,3 +77,17 @@ def test_a_full_single_big_node_answers_without_walking_its_buckets() -> None:
     cluster.take("big", {0: 2047})
     assert cluster.place(2) is None
     assert cluster.place(1) == {0: 1}
+
+
+def test_a_placement_within_allowed_nodes_uses_only_them():
+    """``allowed`` (a job's node pool): best fit among its nodes, a preferred node first,
+    and a spread over its open nodes only; None when they cannot hold it."""
+    cluster = Cluster([NodeInfo("a", 4), NodeInfo("b", 2), NodeInfo("c", 4), NodeInfo("d", 8)])
+    pool = frozenset({1, 2})
+    assert cluster.place(2, allowed=pool) == {1: 2}  # best fit: b, not the emptier c
+    assert cluster.place(2, prefer=[0, 2], allowed=pool) == {2: 2}  # a is not in the pool
+    assert cluster.place(5, allowed=pool) == {2: 4, 1: 1}  # spread, emptiest first
+    assert cluster.place(7, allowed=pool) is None
+    cluster.take("wide", {2: 2, 3: 2})  # c now hosts a distributed job: closed to spreads
+    assert cluster.place(3, allowed=pool) is None
+    assert cluster.place(2, allowed=pool) == {1: 2}

@@ -453,3 +453,34 @@ def test_exact_counts_never_lower_the_objective_and_often_raise_it() -> None:
         assert values[1] >= values[0] * (1 - 1e-12)
         gains.append(values[1] / values[0] - 1)
     assert max(gains) > 0.005  # the knapsack finds better counts on some of these clusters
+
+
+def test_a_job_confined_to_a_node_pool_runs_only_there_and_others_use_the_rest():
+    """``JobInfo.nodes`` (Kueue: the admitted flavor's nodes): the confined job gets only
+    GPUs of its pool, however well it would scale elsewhere, and a job free to go anywhere
+    still fills the nodes outside it."""
+    nodes = nodes_of(4)
+    pool = frozenset({"n2", "n3"})
+    jobs = [
+        job("confined", 0, speedup=amdahl(0.0, 0.99), max_replicas=16, nodes=pool),
+        job("free", 1, speedup=amdahl(0.0, 0.99), max_replicas=16),
+    ]
+    alloc = AdlPolicy().optimize(jobs, nodes, {})
+    assert set(alloc["confined"]) <= pool
+    assert len(alloc["confined"]) >= 4
+    assert validate_allocation(alloc, nodes) == []
+    assert sum(counts(alloc).values()) == 16  # nothing left idle
+
+
+def test_a_confined_job_placed_outside_its_pool_is_moved_into_it():
+    """Its pool changed (evicted, admitted again on another flavor): last round's placement
+    outside it is no placement to keep."""
+    nodes = nodes_of(2)
+    jobs = [job("j", max_replicas=4, nodes=frozenset({"n1"}))]
+    alloc = AdlPolicy().optimize(jobs, nodes, {"j": ["n0"] * 4})
+    assert alloc["j"] == ["n1"] * 4
+
+
+def test_a_job_whose_pool_is_gone_gets_nothing():
+    alloc = AdlPolicy().optimize([job("j", nodes=frozenset({"gone"}))], nodes_of(2), {})
+    assert alloc.get("j", []) == []
