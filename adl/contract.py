@@ -156,6 +156,8 @@ SPOT_NODE_LABELS: tuple[tuple[str, str], ...] = (
     ("eks.amazonaws.com/capacityType", "SPOT"),
     ("kubernetes.azure.com/scalesetpriority", "spot"),
 )
+#: The label that puts a job in a Kueue LocalQueue (every Kueue integration reads it).
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ANNOTATION_ALLOCATION = f"{API_GROUP}/allocation"
 ANNOTATION_TOKEN_HASH = f"{API_GROUP}/token-sha256"
 

@@ -31,8 +31,8 @@ from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
-from adl.operator.kueue import Admission, queue_of
-from adl.operator.kueue_sync import admissions
+from adl.operator.kueue import Admission, FlavorError, flavor_pool, queue_of
+from adl.operator.kueue_sync import admissions, flavors_by_name
 from adl.operator.observe import (
     PodPhase,
     PodState,
@@ -41,7 +41,7 @@ from adl.operator.observe import (
     observed_workers,
     pod_indices,
 )
-from adl.operator.scheduling import job_key, job_records, nodes_from_objects
+from adl.operator.scheduling import confinements, job_key, job_records, nodes_from_objects
 from adl.operator.store import KubeStore
 from adl.operator.taints import pod_tolerations
 from adl.operator.tenancy import Ceilings, enforce
@@ -214,6 +214,9 @@ class StepContext:
     spec: AdaptiveJobSpec
     pods: list[PodState] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
+    #: the node pool its pods go to (Kueue: its admitted flavor's), or why there is none
+    pool: P.NodePool | None = None
+    pool_error: str | None = None
 
 
 class KubeBackend:
@@ -233,10 +236,23 @@ class KubeBackend:
         #: jobs with a pod on a node that is down: rechecked on a timer, so that the node's
         #: loss is acted on once it passes the bound even if nothing else happens
         self.on_down_nodes: set[str] = set()
+        #: the Node objects and the jobs' tolerations of the round ``round_jobs`` read, for
+        #: ``round_nodes`` (one LIST of nodes a round)
+        self._round_nodes: list[dict[str, Any]] | None = None
+        self._round_tolerations: list[list[Any]] | None = None
 
     # ---- one job's step
-    def begin(self, key: str, body: dict[str, Any], spec: AdaptiveJobSpec) -> None:
-        self.steps[key] = StepContext(body, spec)
+    def begin(
+        self,
+        key: str,
+        body: dict[str, Any],
+        spec: AdaptiveJobSpec,
+        pool: P.NodePool | FlavorError | None = None,
+    ) -> None:
+        if isinstance(pool, FlavorError):
+            self.steps[key] = StepContext(body, spec, pool_error=str(pool))
+        else:
+            self.steps[key] = StepContext(body, spec, pool=pool)
 
     def end(self, key: str) -> StepContext:
         return self.steps.pop(key)
@@ -303,6 +319,8 @@ class KubeBackend:
                 ref, action.group, alloc, index, self.config.api_url, action.scheduled_since
             )
             try:
+                if ctx.pool_error is not None:  # a failed start that says why
+                    raise ValueError(ctx.pool_error)
                 manifest = P.build_pod(
                     ref,
                     ctx.spec,
@@ -312,6 +330,7 @@ class KubeBackend:
                     replicas=count,
                     env=env,
                     resource=self.config.gpu_resource,
+                    pool=ctx.pool,
                 )
                 self.store.create(manifest)
             except (ValueError, ApiException) as exc:
@@ -388,10 +407,12 @@ class KubeBackend:
             bodies = self.store.list_jobs(None)
         self._listed = {job_key(b): b for b in bodies}
         records = [self._within_ceilings(r) for r in job_records(bodies)]
-        if not self.config.kueue:
-            return records
-        admitted = admissions(self.store, bodies)
-        return [self._admitted(r, admitted) for r in records]
+        admitted: dict[str, Admission] = {}
+        if self.config.kueue:
+            admitted = admissions(self.store, bodies)
+            records = [self._admitted(r, admitted) for r in records]
+        self._round_nodes = self.store.list_nodes()
+        return self._confined(records, admitted, self._round_nodes)
 
     def _admitted(self, record: JobRecord, admitted: Mapping[str, Admission]) -> JobRecord:
         """A job in a Kueue queue as far as Kueue admitted it (none before its Workload is)."""
@@ -401,6 +422,57 @@ class KubeBackend:
             return record
         adm = admitted.get(body["metadata"]["uid"]) or Admission(queue=queue, count=0)
         return dataclasses.replace(record, ceiling=adm.ceiling, quota_wait=adm.waiting_message())
+
+    def _confined(
+        self,
+        records: list[JobRecord],
+        admitted: Mapping[str, Admission],
+        nodes: Sequence[Mapping[str, Any]],
+    ) -> list[JobRecord]:
+        """Each job kept to the nodes its pods may land on: those whose taints they tolerate
+        and, for a job Kueue admitted on a flavor, that flavor's nodes (its labels, and its
+        tolerations added to the job's). A job whose flavors give no pool gets no node."""
+        resource = self.config.gpu_resource
+        by_key = {
+            r.key: admitted.get(self._listed[r.key]["metadata"]["uid"])
+            for r in records
+            if r.key in self._listed
+        }
+        flavors = flavors_by_name(self.store, [a for a in by_key.values() if a is not None])
+        jobs: dict[str, tuple[list[Any], Mapping[str, str] | None]] = {}
+        broken: set[str] = set()
+        for r in records:
+            if r.status.phase.finished:
+                continue
+            tolerations = pod_tolerations(
+                r.spec.template.get("spec") or {}, resource, r.spec.gpus_per_replica
+            )
+            adm = by_key.get(r.key)
+            labels: Mapping[str, str] | None = None
+            if adm is not None and adm.flavors and adm.ceiling:
+                try:
+                    pool = flavor_pool(adm.flavors, flavors)
+                except FlavorError as exc:
+                    self._say_once(r.key, f"no node can take it: {exc}")
+                    broken.add(r.key)
+                    continue
+                tolerations += [dict(t) for t in pool.tolerations]
+                labels = pool.node_labels
+            jobs[r.key] = (tolerations, labels)
+        # what the pods of the jobs this round places will tolerate, for round_nodes
+        self._round_tolerations = [t for t, _ in jobs.values()]
+        confined: dict[str, frozenset[str] | None] = dict(confinements(nodes, jobs))
+        confined.update({key: frozenset() for key in broken})
+        return [
+            dataclasses.replace(r, nodes=confined[r.key]) if confined.get(r.key) is not None else r
+            for r in records
+        ]
+
+    def _say_once(self, key: str, message: str) -> None:
+        if self.capped.get(f"pool:{key}") != message:
+            self.capped[f"pool:{key}"] = message
+            log.warning("%s: %s", key, message)
+            _event(self._listed[key], "Warning", "NoNodePool", message)
 
     def _within_ceilings(self, record: JobRecord) -> JobRecord:
         """The job as its namespace's ceilings let the policy see it; a cap is said once."""
@@ -417,19 +489,20 @@ class KubeBackend:
         return dataclasses.replace(record, spec=spec)
 
     def round_nodes(self) -> list[NodeInfo]:
-        resource = self.config.gpu_resource
-        # what the pods of the jobs this round places will tolerate (after round_jobs)
-        tolerations = [
-            pod_tolerations(r.spec.template.get("spec") or {}, resource, r.spec.gpus_per_replica)
-            for r in job_records(list(self._listed.values()))
-            if not r.status.phase.finished
-        ]
+        """The GPU pool of the round that ``round_jobs`` just read (the same Node objects its
+        confinements were drawn from)."""
+        nodes, self._round_nodes = self._round_nodes, None
+        tolerations, self._round_tolerations = self._round_tolerations, None
+        if nodes is None or tolerations is None:  # asked on its own: for the jobs last listed
+            self._round_nodes = self.store.list_nodes()
+            self._confined(job_records(list(self._listed.values())), {}, self._round_nodes)
+            return self.round_nodes()
         return nodes_from_objects(
-            self.store.list_nodes(),
+            nodes,
             self.store.list_all_pods(),
-            resource=resource,
+            resource=self.config.gpu_resource,
             selector=self.config.node_selector,
-            tolerations=tolerations,
+            tolerations=tolerations or [],
         )
 
     def set_desired(self, changed: Mapping[str, list[str]]) -> None:

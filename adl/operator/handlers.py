@@ -32,8 +32,10 @@ from adl.operator import backend as B
 from adl.operator import pods as P
 from adl.operator.backend import KubeBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
-from adl.operator.kueue_sync import ensure_workload, settle_workload
+from adl.operator.kueue import FlavorError
+from adl.operator.kueue_sync import admitted_pool, ensure_workload, settle_workload
 from adl.operator.observe import PodPhase, classify_all, finished_leftovers
+from adl.operator.pods import NodePool
 from adl.operator.retries import API_RETRIES
 from adl.operator.scheduling import desired_allocation
 from adl.operator.store import KUBE_URL_ENV, Conflict, KubeStore
@@ -146,9 +148,15 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
         await run_round(rt, force=True)
 
 
-def _step(rt: Runtime, job: JobRecord, body: dict[str, Any], spec: AdaptiveJobSpec) -> Any:
+def _step(
+    rt: Runtime,
+    job: JobRecord,
+    body: dict[str, Any],
+    spec: AdaptiveJobSpec,
+    pool: NodePool | FlavorError | None = None,
+) -> Any:
     """The driver's step of one job with what the reconcile read (in a worker thread)."""
-    rt.backend.begin(job.key, body, spec)
+    rt.backend.begin(job.key, body, spec, pool)
     try:
         actions = rt.driver.step_job(job, _now())
     finally:
@@ -203,8 +211,16 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 ceiling=admitted.ceiling if admitted else None,
                 quota_wait=admitted.waiting_message() if admitted else None,
             )
+            # its pods go to the admitted flavor's nodes (a flavor that gives none: a failed
+            # start that says why)
+            pool: NodePool | FlavorError | None = None
+            if admitted is not None and admitted.ceiling and admitted.flavors:
+                try:
+                    pool = await asyncio.to_thread(admitted_pool, rt.store, admitted)
+                except FlavorError as exc:
+                    pool = exc
             try:
-                actions, ctx = await asyncio.to_thread(_step, rt, job, body, spec)
+                actions, ctx = await asyncio.to_thread(_step, rt, job, body, spec, pool)
             except (Conflict, B.Refused):
                 continue
             except B.Waiting as exc:  # the next look at a starting job tries again

@@ -12,25 +12,32 @@ evicted job is stopped through a checkpoint like any preempted job. Once its pod
 operator clears the Workload's quota reservation, as Kueue's own job integrations do, so that
 Kueue requeues it; a finished job finishes its Workload, which gives the quota back.
 
+The admission names a ResourceFlavor per resource of the pod set. A flavor with node labels
+is a node pool: the job's pods carry its labels as a nodeSelector and its tolerations (as
+Kueue's own integrations do when they start an admitted job), and, since adl binds pods to
+nodes itself, the round offers the job only the nodes of that pool whose taints it tolerates
+(``JobRecord.nodes``).
+
 Pure functions over API objects (dicts); ``adl.operator.handlers`` reads and writes them.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from adl.contract import QUEUE_LABEL as QUEUE_LABEL  # re-exported: callers import it here
 from adl.models import AdaptiveJobSpec
 from adl.operator.crd import GROUP, KIND, VERSION
-from adl.operator.pods import GPU_RESOURCE
+from adl.operator.pods import GPU_RESOURCE, NodePool
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 WORKLOADS = "workloads"
+RESOURCE_FLAVORS = "resourceflavors"
 #: the pod set of an AdaptiveJob's Workload: one entry per replica
 POD_SET = "replicas"
 #: Workload names: Kubernetes object names, kept well under the 253-character limit
@@ -124,6 +131,9 @@ class Admission:
     #: the Workload still holds a quota reservation (cleared once the job's pods are gone)
     reserved: bool = False
     finished: bool = False
+    #: the ResourceFlavors the admission assigned to the pod set's resources (distinct,
+    #: sorted; () before admission)
+    flavors: tuple[str, ...] = ()
 
     @property
     def ceiling(self) -> int:
@@ -141,12 +151,14 @@ def admission(workload: Mapping[str, Any]) -> Admission:
     queue = str((workload.get("spec") or {}).get("queueName") or "")
     status = workload.get("status") or {}
     count = 0
+    flavors: set[str] = set()
     if _true(workload, "Admitted"):
         for assignment in (status.get("admission") or {}).get("podSetAssignments") or []:
             if assignment.get("name") == POD_SET:
                 raw = assignment.get("count")
                 pod_sets = (workload.get("spec") or {}).get("podSets") or [{}]
                 count = int(raw if raw is not None else pod_sets[0].get("count") or 0)
+                flavors |= {str(f) for f in (assignment.get("flavors") or {}).values() if f}
     evicted = _condition(workload, "Evicted")
     why = None
     if evicted is not None and evicted.get("status") == "True":
@@ -157,7 +169,37 @@ def admission(workload: Mapping[str, Any]) -> Admission:
         evicted=why,
         reserved=_true(workload, "QuotaReserved") or bool(status.get("admission")),
         finished=_true(workload, "Finished"),
+        flavors=tuple(sorted(flavors)),
     )
+
+
+class FlavorError(ValueError):
+    """The admitted flavors give no node pool: one is missing, or two select one node label
+    with different values (no node could have both)."""
+
+
+def flavor_pool(names: Sequence[str], flavors: Mapping[str, Mapping[str, Any]]) -> NodePool:
+    """The node pool of an admission's flavors (``flavors``: ResourceFlavor objects by name):
+    the union of their node labels and of their tolerations. Several flavors arise when the
+    pod set's resources come from different flavors (GPUs from one, CPU from another); a
+    pod runs on one node, so that node must carry the labels of all of them."""
+    labels: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    for name in names:
+        flavor = flavors.get(name)
+        if flavor is None:
+            raise FlavorError(f"ResourceFlavor {name} of its admission does not exist")
+        spec = flavor.get("spec") or {}
+        for key, value in (spec.get("nodeLabels") or {}).items():
+            if labels.setdefault(str(key), str(value)) != str(value):
+                raise FlavorError(
+                    f"its admitted flavors select node label {key} as both "
+                    f"{labels[str(key)]} and {value}: no node has both"
+                )
+        for toleration in spec.get("tolerations") or []:
+            if dict(toleration) not in tolerations:
+                tolerations.append(dict(toleration))
+    return NodePool(node_labels=labels, tolerations=tuple(tolerations))
 
 
 def _rfc3339(now: datetime) -> str:

@@ -13,12 +13,14 @@ from adl.operator.kueue import (
     Admission,
     admission,
     finished_patch,
+    flavor_pool,
     owner_uid,
     queue_of,
     release_patch,
     workload_manifest,
     workload_name,
 )
+from adl.operator.pods import NodePool
 from adl.operator.store import KubeStore
 
 log = logging.getLogger(__name__)
@@ -77,3 +79,19 @@ def admissions(store: KubeStore, bodies: Sequence[Mapping[str, Any]]) -> dict[st
             if uid is not None:
                 out[uid] = admission(workload)
     return out
+
+
+def flavors_by_name(store: KubeStore, wanted: Sequence[Admission]) -> dict[str, dict[str, Any]]:
+    """The ResourceFlavors these admissions name, by name: one LIST, and none when no
+    admission names a flavor (before admission; or a Kueue that assigns none)."""
+    if not any(adm.flavors for adm in wanted):
+        return {}
+    return {str(f["metadata"]["name"]): f for f in store.list_resource_flavors()}
+
+
+def admitted_pool(store: KubeStore, adm: Admission | None) -> NodePool | None:
+    """The node pool an admitted job's pods go to (None: no flavor, or none yet); raises
+    ``FlavorError`` when its flavors give none."""
+    if adm is None or not adm.flavors:
+        return None
+    return flavor_pool(adm.flavors, flavors_by_name(store, [adm]))

@@ -60,6 +60,13 @@ KUEUE_PERMISSIONS: frozenset[Permission] = frozenset(
     ]
 )
 
+#: With Kueue, cluster-wide (ResourceFlavors are cluster-scoped): the flavors a job was admitted
+#: on, whose node labels and tolerations its pods take and whose nodes it is kept to. Only
+#: list: one LIST a round names them all, and a cluster has a handful.
+KUEUE_CLUSTER_PERMISSIONS: frozenset[Permission] = frozenset(
+    _grant("kueue.x-k8s.io", "resourceflavors", "list", CLUSTER)
+)
+
 #: kopf peering (one active operator): namespaced installs use KopfPeering objects.
 NAMESPACED_PEERING: frozenset[Permission] = frozenset(
     _grant("kopf.dev", "kopfpeerings", "list watch patch")
@@ -81,7 +88,7 @@ CLUSTER_PEERING: frozenset[Permission] = frozenset(
 
 def required(*, namespaced: bool, peering: bool, kueue: bool = False) -> frozenset[Permission]:
     """What an install needs. Cluster-wide installs get the namespaced grants cluster-wide."""
-    perms = set(CLUSTER_PERMISSIONS)
+    perms = set(CLUSTER_PERMISSIONS) | (KUEUE_CLUSTER_PERMISSIONS if kueue else set())
     scope = NAMESPACED if namespaced else CLUSTER
     local = NAMESPACED_PERMISSIONS | (KUEUE_PERMISSIONS if kueue else frozenset())
     perms |= {Permission(p.group, p.resource, p.verb, scope) for p in local}

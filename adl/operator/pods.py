@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from adl.contract import (
@@ -41,6 +41,15 @@ TOKEN_MOUNT = "/var/run/adl"
 TOKEN_KEY = "token"
 TOKEN_FILE = f"{TOKEN_MOUNT}/{TOKEN_KEY}"
 LAUNCHER = ["python", "-m", "adl.client_lib.launch"]
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """Where a job's pods may run beyond their template: node labels they select and taints
+    they tolerate (Kueue: those of the ResourceFlavor the job was admitted on)."""
+
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,17 +196,20 @@ def build_pod(
     env: Mapping[str, str],
     claim: str | None = None,
     resource: str = GPU_RESOURCE,
+    pool: NodePool | None = None,
 ) -> dict[str, Any]:
     """The pod running ``replicas`` replicas of ``group`` on ``node``, stamped with ``env``;
-    it requests ``replicas * gpusPerReplica`` of ``resource`` (the scheduler's slot unit)."""
+    it requests ``replicas * gpusPerReplica`` of ``resource`` (the scheduler's slot unit).
+    A ``pool``'s node labels join the template's nodeSelector (a label of both: the pool's)
+    and its tolerations the template's."""
     template = copy.deepcopy(spec.template)
     tmeta = template.get("metadata") or {}
     pspec = copy.deepcopy(template.get("spec") or {})
     # Placement is adl's: the pod is pinned to its node by affinity and bound by the default
     # scheduler, which checks it fits. A template's nodeName would bind it anywhere, unchecked,
     # and a schedulerName would hand it to a scheduler that ignores adl's allocation.
-    for field in OVERRIDDEN_FIELDS:
-        pspec.pop(field, None)
+    for name in OVERRIDDEN_FIELDS:
+        pspec.pop(name, None)
     containers = pspec["containers"]
     trainer = dict(containers[0])
     trainer.update(_trainer_command(trainer, replicas))
@@ -208,6 +220,8 @@ def build_pod(
         for kind in ("limits", "requests"):
             resources.setdefault(kind, {})[resource] = str(gpus)
         trainer["resources"] = resources
+    if pool is not None:
+        _join_pool(pspec, pool)
     if gpus or pspec.get("tolerations"):
         # the node pool's GPU taint is tolerated, as the policy counted on (adl.operator.taints)
         pspec["tolerations"] = pod_tolerations(pspec, resource, gpus)
@@ -252,6 +266,18 @@ def build_pod(
 _VOLUMES = {"adl-checkpoint", "adl-token"}
 #: fields of a job's pod template that the worker pods never carry (see build_pod)
 OVERRIDDEN_FIELDS = ("nodeName", "schedulerName")
+
+
+def _join_pool(pspec: dict[str, Any], pool: NodePool) -> None:
+    """Add a pool's node labels and tolerations to a pod spec, as Kueue's own integrations do
+    when they start an admitted job: the pod then also states where it may run, although
+    adl's affinity already names the node (chosen within the pool)."""
+    if pool.node_labels:
+        pspec["nodeSelector"] = {**(pspec.get("nodeSelector") or {}), **pool.node_labels}
+    if pool.tolerations:
+        tolerations = [dict(t) for t in pspec.get("tolerations") or []]
+        tolerations += [dict(t) for t in pool.tolerations if dict(t) not in tolerations]
+        pspec["tolerations"] = tolerations
 
 
 def _pin_to_node(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:

@@ -66,9 +66,9 @@ def nodes_from_objects(
 ) -> list[NodeInfo]:
     """Schedulable nodes with their free GPUs: allocatable minus non-adl requests; cordoned,
     not-ready and unselected nodes are left out, and so is a node with a NoSchedule/NoExecute
-    taint unless every job of the round tolerates it (``tolerations``: each job's pods'). The
-    policy places any job on any node it is given, so a node some job may not use is kept from
-    all: never a pod where it is not tolerated, at the price of idle nodes in a mixed round."""
+    taint that no job of the round tolerates (``tolerations``: each job's pods'). A job that
+    does not tolerate every node given is confined to those it does (:func:`confinements`):
+    never a pod where it is not tolerated."""
     used = gpus_used_by_others(pods, resource)
     out: list[NodeInfo] = []
     for node in nodes:
@@ -79,7 +79,7 @@ def nodes_from_objects(
             continue
         if spec.get("unschedulable") or not _ready(node):
             continue
-        if not all(tolerates_node(tol, node) for tol in tolerations or [()]):
+        if not any(tolerates_node(tol, node) for tol in tolerations or [()]):
             continue
         allocatable = quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource))
         free = allocatable - used.get(meta["name"], 0)
@@ -87,6 +87,43 @@ def nodes_from_objects(
             preemptible = any(labels.get(k) == v for k, v in SPOT_NODE_LABELS)
             out.append(NodeInfo(name=meta["name"], gpus=free, preemptible=preemptible))
     return sorted(out, key=lambda n: n.name)
+
+
+def pool_nodes(
+    nodes: Sequence[Mapping[str, Any]],
+    tolerations: Sequence[Toleration],
+    node_labels: Mapping[str, str] | None = None,
+) -> frozenset[str]:
+    """The nodes a job's pods may land on: labelled with all of ``node_labels`` (its pool's,
+    e.g. its Kueue flavor's) and with every blocking taint tolerated by ``tolerations``."""
+    out = set()
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if any(labels.get(k) != v for k, v in (node_labels or {}).items()):
+            continue
+        if tolerates_node(tolerations, node):
+            out.add(str(meta["name"]))
+    return frozenset(out)
+
+
+def confinements(
+    nodes: Sequence[Mapping[str, Any]],
+    jobs: Mapping[str, tuple[Sequence[Toleration], Mapping[str, str] | None]],
+) -> dict[str, frozenset[str] | None]:
+    """Per job (key -> its pods' tolerations and its pool's node labels): the only nodes it
+    may run on, or None when it may run on every node the round can offer (any node some job
+    tolerates; :func:`nodes_from_objects`), which keeps the policy on its fast path."""
+    offered = frozenset(
+        str((n.get("metadata") or {})["name"])
+        for n in nodes
+        if any(tolerates_node(tol, n) for tol, _ in jobs.values())
+    )
+    out: dict[str, frozenset[str] | None] = {}
+    for key, (tolerations, labels) in jobs.items():
+        mine = pool_nodes(nodes, tolerations, labels)
+        out[key] = None if offered <= mine else mine
+    return out
 
 
 def job_key(body: Mapping[str, Any]) -> str:

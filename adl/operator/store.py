@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from adl import __version__
 from adl.contract import ENV_KUBE_URL
 from adl.operator.crd import GROUP, PLURAL, VERSION
-from adl.operator.kueue import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
+from adl.operator.kueue import KUEUE_GROUP, KUEUE_VERSION, RESOURCE_FLAVORS, WORKLOADS
 from adl.operator.pods import matches_selector
 
 MERGE = "application/merge-patch+json"
@@ -167,6 +167,13 @@ class KubeStore:
     def list_workloads(self, namespace: str) -> list[dict[str, Any]]:
         out: Any = self.custom.list_namespaced_custom_object(
             KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS
+        )
+        return list(out.get("items") or [])
+
+    def list_resource_flavors(self) -> list[dict[str, Any]]:
+        """Kueue's ResourceFlavors (cluster-scoped; a cluster has a handful)."""
+        out: Any = self.custom.list_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, RESOURCE_FLAVORS
         )
         return list(out.get("items") or [])
 

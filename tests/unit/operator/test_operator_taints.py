@@ -1,6 +1,7 @@
-"""Tainted GPU nodes: the pool holds a node exactly when the round's jobs tolerate its taints,
-matched as kube-scheduler matches them; adl's pods carry the GPU toleration they are counted
-with (a managed GPU pool taints every node, e.g. GKE's nvidia.com/gpu=present:NoSchedule)."""
+"""Tainted GPU nodes: the pool holds a node when some job of the round tolerates its taints,
+matched as kube-scheduler matches them, and each job is confined to the nodes it tolerates;
+adl's pods carry the GPU toleration they are counted with (a managed GPU pool taints every
+node, e.g. GKE's nvidia.com/gpu=present:NoSchedule)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from adl.models import AdaptiveJobSpec
 from adl.operator.pods import JobRef, build_pod
-from adl.operator.scheduling import nodes_from_objects
+from adl.operator.scheduling import confinements, nodes_from_objects, pool_nodes
 from adl.operator.taints import pod_tolerations, tolerates
 from adl.sched.types import NodeInfo
 
@@ -19,9 +20,11 @@ JOB = JobRef("j", "ns", "uid-1")
 SPOT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
 
 
-def node(name: str, *taints: dict[str, Any]) -> dict[str, Any]:
+def node(
+    name: str, *taints: dict[str, Any], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "labels": {}},
+        "metadata": {"name": name, "labels": dict(labels or {})},
         "spec": {"taints": list(taints)},
         "status": {"allocatable": {"nvidia.com/gpu": "4"}},
     }
@@ -63,7 +66,10 @@ def test_a_gke_tainted_gpu_node_is_in_the_pool_for_jobs_that_request_gpus() -> N
     ]
 
 
-def test_a_tainted_node_is_left_out_unless_every_job_of_the_round_tolerates_it() -> None:
+def test_a_tainted_node_is_offered_when_some_job_tolerates_it_and_only_to_those_jobs() -> None:
+    """A node no job of the round tolerates is left out; one that some job tolerates is in the
+    pool, and each job that does not tolerate it is confined to the others (the policy then
+    places it only there: never a pod where it is not tolerated)."""
     nodes = [node("plain"), node("spot", SPOT)]
     tolerant = pod_tolerations(
         {"tolerations": [{"key": SPOT["key"], "operator": "Exists"}]}, "nvidia.com/gpu", gpus=1
@@ -72,10 +78,28 @@ def test_a_tainted_node_is_left_out_unless_every_job_of_the_round_tolerates_it()
     names = lambda tol: [n.name for n in nodes_from_objects(nodes, [], tolerations=tol)]  # noqa: E731
     assert names([tolerant]) == ["plain", "spot"]
     assert names([plain]) == ["plain"]
-    # one job that does not tolerate it keeps the node out for all (the policy places every
-    # job on one pool; a pod never lands where it is not tolerated)
-    assert names([tolerant, plain]) == ["plain"]
+    assert names([tolerant, plain]) == ["plain", "spot"]
     assert names([]) == ["plain"]  # no job: nothing to tolerate with
+    jobs = {"t": (tolerant, None), "p": (plain, None)}
+    assert confinements(nodes, jobs) == {"t": None, "p": frozenset({"plain"})}
+    assert confinements(nodes, {"p": (plain, None)}) == {"p": None}  # nothing else offered
+
+
+def test_a_job_of_a_node_pool_is_confined_to_its_labelled_nodes_it_tolerates() -> None:
+    """A pool (Kueue: the admitted flavor) selects nodes by label; its nodes' taints must
+    still be tolerated, by the template's tolerations or the pool's."""
+    b_taint = {"key": "pool", "value": "b", "effect": "NoSchedule"}
+    nodes = [node("a1", labels={"pool": "a"}), node("b1", b_taint, labels={"pool": "b"}),
+             node("b2", labels={"pool": "b"})]  # fmt: skip
+    plain = pod_tolerations({}, "nvidia.com/gpu", gpus=1)
+    assert pool_nodes(nodes, plain, {"pool": "b"}) == frozenset({"b2"})
+    with_pool = [*plain, {"key": "pool", "operator": "Equal", "value": "b"}]
+    assert pool_nodes(nodes, with_pool, {"pool": "b"}) == frozenset({"b1", "b2"})
+    jobs = {"queued": (with_pool, {"pool": "b"}), "free": (plain, None)}
+    assert confinements(nodes, jobs) == {
+        "queued": frozenset({"b1", "b2"}),
+        "free": frozenset({"a1", "b2"}),
+    }
 
 
 def test_worker_pods_carry_the_gpu_toleration_only_when_they_request_gpus() -> None:

@@ -95,6 +95,9 @@ class Store:
     def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
         return [b for b in self.bodies if namespace in (None, b["metadata"]["namespace"])]
 
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return []  # the round reads them with the jobs (to confine each to its nodes)
+
 
 def body(ns: str, name: str, **fields: Any) -> dict[str, Any]:
     meta = {"name": name, "namespace": ns, "uid": f"{ns}-{name}"}
