@@ -29,6 +29,9 @@ class JobView:
     status: AdaptiveJobStatus
     created: datetime | None = None
     events: list[str] = field(default_factory=list)
+    #: the Kueue LocalQueue it runs in (its ``kueue.x-k8s.io/queue-name`` label); None for a
+    #: job in no queue, and on backends without Kueue
+    queue: str | None = None
 
 
 class BackendError(RuntimeError):

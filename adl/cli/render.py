@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
+from adl.contract import QUEUE_LABEL
 from adl.jobs_api import JobView
 from adl.models import Phase, RestartCause
 from adl.operator.crd import API_VERSION
@@ -47,15 +48,17 @@ _PHASE_STYLE = {
 
 
 def jobs_table(views: list[JobView], now: datetime | None = None) -> Table:
-    """The table of ``ls`` and ``top``: job, phase, replicas, batch size, goodput, restarts."""
+    """The table of ``ls`` and ``top``: job, its Kueue queue (``-``: none), phase, replicas,
+    batch size, goodput, restarts."""
     table = Table(box=None, header_style="bold")
-    for col in ("JOB", "PHASE", "REPLICAS", "BATCH", "GOODPUT", "RESTARTS", "AGE"):
+    for col in ("JOB", "QUEUE", "PHASE", "REPLICAS", "BATCH", "GOODPUT", "RESTARTS", "AGE"):
         table.add_column(col, justify="right" if col in ("BATCH", "GOODPUT") else "left")
     for v in views:
         st = v.status
         name = v.name if v.namespace == "default" else f"{v.namespace}/{v.name}"
         table.add_row(
             name,
+            v.queue or "-",
             f"[{_PHASE_STYLE.get(st.phase, '')}]{st.phase.value}[/]",
             f"{st.replicas} ({v.spec.min_replicas}-{v.spec.max_replicas})",
             str(st.batch_size) if st.batch_size else "-",
@@ -69,6 +72,8 @@ def jobs_table(views: list[JobView], now: datetime | None = None) -> Table:
 def job_object(v: JobView) -> dict[str, Any]:
     """A job as Kubernetes would show it (``kubectl get aj -o json``), on either backend."""
     meta: dict[str, Any] = {"name": v.name, "namespace": v.namespace}
+    if v.queue:
+        meta["labels"] = {QUEUE_LABEL: v.queue}
     if v.created is not None:
         meta["creationTimestamp"] = v.created.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return {
@@ -98,6 +103,7 @@ def describe_text(v: JobView) -> str:
     lines = [
         f"Name:         {v.name}",
         f"Namespace:    {v.namespace}",
+        *([f"Queue:        {v.queue} (Kueue)"] if v.queue else []),
         f"Command:      {_command(spec.trainer)}",
         f"Replicas:     min {spec.min_replicas}, max {spec.max_replicas}",
         f"MaxRestarts:  {spec.max_restarts}",

@@ -21,7 +21,7 @@ from adl.jobs_api import BackendError, JobView
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
 from adl.operator import pods as P
 from adl.operator.crd import API_VERSION, GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION
-from adl.operator.kueue import QUEUE_LABEL
+from adl.operator.kueue import QUEUE_LABEL, queue_of
 from adl.operator.scheduling import quantity
 from adl.operator.store import MERGE, api_client
 from adl.operator.timestamps import parse_time
@@ -87,6 +87,7 @@ def _view(body: Mapping[str, Any], events: list[str] | None = None) -> JobView:
         status=AdaptiveJobStatus.from_object(body),
         created=parse_time(meta.get("creationTimestamp")),
         events=events or [],
+        queue=queue_of(body),
     )
 
 

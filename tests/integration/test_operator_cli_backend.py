@@ -13,6 +13,7 @@ from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock fixtures)
 from operator_harness import objects
 
+from adl.contract import QUEUE_LABEL
 from adl.jobs_api import BackendError
 from adl.models import AdaptiveJobSpec
 from adl.operator.client import KubernetesBackend
@@ -270,3 +271,19 @@ async def test_submit_into_a_kueue_queue_labels_the_job(k8s: Any) -> None:
     stored = objects(k8s, "adaptivejobs")
     assert stored["queued"]["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
     assert "labels" not in stored["plain"]["metadata"]
+    # ls shows the queue (``-`` for none), describe names it, -o json carries the label
+    from rich.console import Console
+
+    from adl.cli.render import describe_text, job_object, jobs_table
+
+    views = {v.name: v for v in await asyncio.to_thread(backend.list, "default")}
+    console = Console(width=200, record=True)
+    console.print(jobs_table(list(views.values())))
+    lines = console.export_text().splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[1:] if line.strip()}
+    assert lines[0].split()[:3] == ["JOB", "QUEUE", "PHASE"], lines
+    assert rows["queued"][1] == "team-a" and rows["plain"][1] == "-", lines
+    assert "Queue:        team-a (Kueue)" in describe_text(views["queued"])
+    assert "Queue:" not in describe_text(views["plain"])
+    assert job_object(views["queued"])["metadata"]["labels"] == {QUEUE_LABEL: "team-a"}
+    assert "labels" not in job_object(views["plain"])["metadata"]

@@ -63,6 +63,7 @@ def test_submit_ls_describe_logs_delete(adl_home: Path, daemon: int) -> None:
     assert code == 0
     row = next(line for line in out.splitlines() if "counter" in line)
     assert "Succeeded" in row and "(1-2)" in row
+    assert row.split()[1] == "-"  # QUEUE: none (no Kueue on the local backend)
     # for scripts: the objects as Kubernetes shows them
     code, out, _ = adl("ls", "-o", "json")
     assert code == 0
@@ -220,8 +221,10 @@ def test_top_once_and_live(adl_home: Path, daemon: int) -> None:
     code, out, _ = adl("top", "--once")
     assert code == 0
     header = out.splitlines()[0].split()
-    assert header == ["JOB", "PHASE", "REPLICAS", "BATCH", "GOODPUT", "RESTARTS", "AGE"]
+    assert header == ["JOB", "QUEUE", "PHASE", "REPLICAS", "BATCH", "GOODPUT", "RESTARTS", "AGE"]
     assert "watched" in out and "Running" in out
+    row = next(line.split() for line in out.splitlines() if "watched" in line)
+    assert row[:3] == ["watched", "-", "Running"]  # the local backend has no Kueue queue
 
     # live: a separate process refreshing until interrupted
     proc = subprocess.Popen(
