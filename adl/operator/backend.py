@@ -236,6 +236,8 @@ class KubeBackend:
         #: jobs with a pod on a node that is down: rechecked on a timer, so that the node's
         #: loss is acted on once it passes the bound even if nothing else happens
         self.on_down_nodes: set[str] = set()
+        #: job key -> why its admitted flavors give it no node, last said (said once)
+        self.no_pool: dict[str, str] = {}
         #: the Node objects and the jobs' tolerations of the round ``round_jobs`` read, for
         #: ``round_nodes`` (one LIST of nodes a round)
         self._round_nodes: list[dict[str, Any]] | None = None
@@ -456,6 +458,7 @@ class KubeBackend:
                     self._say_once(r.key, f"no node can take it: {exc}")
                     broken.add(r.key)
                     continue
+                self.no_pool.pop(r.key, None)
                 tolerations += [dict(t) for t in pool.tolerations]
                 labels = pool.node_labels
             jobs[r.key] = (tolerations, labels)
@@ -469,8 +472,8 @@ class KubeBackend:
         ]
 
     def _say_once(self, key: str, message: str) -> None:
-        if self.capped.get(f"pool:{key}") != message:
-            self.capped[f"pool:{key}"] = message
+        if self.no_pool.get(key) != message:
+            self.no_pool[key] = message
             log.warning("%s: %s", key, message)
             _event(self._listed[key], "Warning", "NoNodePool", message)
 

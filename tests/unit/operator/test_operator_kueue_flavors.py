@@ -150,3 +150,27 @@ def test_the_round_confines_an_admitted_job_to_its_flavors_nodes() -> None:
     store.workloads = []
     assert {r.key: r.nodes for r in backend.round_jobs()} == {"ns/queued": None, "ns/free": None}
     assert [n.name for n in backend.round_nodes()] == ["a1"]
+
+
+def test_an_admission_whose_flavors_give_no_pool_gets_no_node_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adl.operator import backend as kube_backend
+    from adl.operator.backend import KubeBackend, OperatorConfig
+
+    said: list[tuple[str, str]] = []
+    monkeypatch.setattr(kube_backend, "_event", lambda b, t, r, m: said.append((r, m)))
+    store = Store(
+        [job_body("queued", "team-b")],
+        [owned(admitted({"nvidia.com/gpu": "flavor-b", "cpu": "flavor-a"}), "uid-queued")],
+    )
+    backend = KubeBackend(store, OperatorConfig(kueue=True))  # type: ignore[arg-type]
+    for _ in range(2):
+        assert [r.nodes for r in backend.round_jobs()] == [frozenset()]
+    assert said == [
+        ("NoNodePool", "no node can take it: its admitted flavors select node label pool "
+                       "as both a and b: no node has both")
+    ]  # fmt: skip
+    store.flavors[0] = flavor("flavor-a")  # fixed: no label of its own any more
+    assert [r.nodes for r in backend.round_jobs()] == [frozenset({"b1"})]
+    assert backend.no_pool == {}
