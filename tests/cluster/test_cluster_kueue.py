@@ -34,27 +34,36 @@ def create_queues(
     gpus: int,
     cohort: str | None = None,
     preemption: bool = False,
+    flavors: dict[str, int] | None = None,
 ) -> None:
     """A ClusterQueue ``name`` with a nominal quota of ``gpus`` GPUs (and ample CPU and memory)
-    on one ResourceFlavor, and a LocalQueue of the same name in ``namespace``."""
+    on one ResourceFlavor, and a LocalQueue of the same name in ``namespace``. ``flavors``
+    (flavor -> GPUs, made by the caller; tried by Kueue in this order) instead of the one."""
     custom = client.CustomObjectsApi(api)
-    flavor = kueue_object("ResourceFlavor", "default-flavor", {})
-    try:
-        custom.create_cluster_custom_object(*KUEUE, "resourceflavors", flavor)
-    except client.exceptions.ApiException as exc:
-        if exc.status != 409:
-            raise
-    resources = [
-        {"name": "cpu", "nominalQuota": "64"},
-        {"name": "memory", "nominalQuota": "256Gi"},
-        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-    ]
+    if flavors is None:
+        flavors = {"default-flavor": gpus}
+        flavor = kueue_object("ResourceFlavor", "default-flavor", {})
+        try:
+            custom.create_cluster_custom_object(*KUEUE, "resourceflavors", flavor)
+        except client.exceptions.ApiException as exc:
+            if exc.status != 409:
+                raise
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "resourceGroups": [
             {
                 "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                "flavors": [{"name": "default-flavor", "resources": resources}],
+                "flavors": [
+                    {
+                        "name": flavor_name,
+                        "resources": [
+                            {"name": "cpu", "nominalQuota": "64"},
+                            {"name": "memory", "nominalQuota": "256Gi"},
+                            {"name": "nvidia.com/gpu", "nominalQuota": str(quota)},
+                        ],
+                    }
+                    for flavor_name, quota in flavors.items()
+                ],
             }
         ],
     }
@@ -320,4 +329,104 @@ def test_a_job_borrows_idle_quota_and_gives_it_back_when_its_lender_needs_it(
         assert admitted_count(admin_api, namespace) == 4
         restarts = status().get("restarts") or {}
         assert restarts.get("preemption", 0) >= 1, status()  # stopped through a checkpoint
+    core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
+
+
+def test_an_adaptive_job_runs_only_on_the_nodes_of_its_admitted_flavor(
+    kueue: Kueue,
+    admin_api: client.ApiClient,
+    namespace: str,
+    install_chart: Callable[..., Installation],
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """Two node pools as two ResourceFlavors: node A (8 GPUs, label pool=a) and node B (4 GPUs,
+    label pool=b, tainted pool=b:NoSchedule as a dedicated pool is). The queue tries flavor A
+    first, but only flavor B has GPU quota (4), so Kueue admits the job (1 to 4 replicas) on
+    flavor B. adl runs all its replicas on node B, although node A's 8 GPUs are free and would
+    hold them on one node, and its pods carry flavor B's node labels as a nodeSelector and its
+    toleration, as Kueue's own integrations do."""
+    core = client.CoreV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    node_a, node_b = f"a-{namespace}"[:63], f"b-{namespace}"[:63]
+    pool = f"p-{namespace}"[:63]  # the pool label's value on node B, unique to this test
+    taint = {"key": "adl-test/pool", "value": pool, "effect": "NoSchedule"}
+    toleration = {**taint, "operator": "Equal"}
+    flavor_a, flavor_b = f"fa-{namespace}"[:63], f"fb-{namespace}"[:63]
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "resourceflavors",
+        kueue_object("ResourceFlavor", flavor_a, {"nodeLabels": {"adl-test/pool": "a"}}),
+    )
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "resourceflavors",
+        kueue_object(
+            "ResourceFlavor",
+            flavor_b,
+            {"nodeLabels": {"adl-test/pool": pool}, "tolerations": [toleration]},
+        ),
+    )
+    queue = f"q-{namespace}"[:63]
+    create_queues(admin_api, namespace, queue, gpus=4, flavors={flavor_a: 0, flavor_b: 4})
+    installation = install_chart({"scheduler": {"interval": 2}, "kueue": {"enabled": True}})
+    operator = start_operator(installation).wait_ready()
+    claim = bound_claim(admin_api, namespace, "ckpt")
+
+    def pods() -> list[Any]:
+        items = core.list_namespaced_pod(namespace, label_selector="adl.dev/job=pooled").items
+        return [p for p in items if not p.metadata.deletion_timestamp]
+
+    def placed() -> dict[str, int]:
+        """GPUs of the job's pods per node adl pinned them to (never above the admission)."""
+        gpus_within_admission(admin_api, namespace, "pooled")
+        out: dict[str, int] = {}
+        for pod in pods():
+            term = pod.spec.affinity.node_affinity
+            node = (
+                term.required_during_scheduling_ignored_during_execution.node_selector_terms[0]
+                .match_fields[0]
+                .values[0]
+            )
+            gpus = int(pod.spec.containers[0].resources.requests["nvidia.com/gpu"])
+            out[node] = out.get(node, 0) + gpus
+        return out
+
+    def status() -> dict[str, Any]:
+        body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "pooled")
+        return dict(body.get("status") or {})
+
+    with StaticNodes(admin_api, {node_a: 8, node_b: 4}):
+        core.patch_node(node_a, {"metadata": {"labels": {"adl-test/pool": "a"}}})
+        core.patch_node(
+            node_b, {"metadata": {"labels": {"adl-test/pool": pool}}, "spec": {"taints": [taint]}}
+        )
+        job = job_manifest("pooled", minReplicas=1, maxReplicas=4)
+        job["metadata"]["labels"] = {QUEUE_LABEL: queue}
+        job["spec"]["checkpoint"] = {"claimName": claim}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
+        wait_for(
+            lambda: sum(placed().values()) == 4,
+            timeout=90,
+            what="the job admitted on flavor B and running its 4 replicas",
+            details=lambda: f"{status()}\n{adl_workload(admin_api, namespace)}\n{operator.tail()}",
+        )
+        assert placed() == {node_b: 4}, placed()
+        wl = adl_workload(admin_api, namespace) or {}
+        assignment = wl["status"]["admission"]["podSetAssignments"][0]
+        assert assignment["flavors"]["nvidia.com/gpu"] == flavor_b
+        for pod in pods():
+            assert pod.spec.node_selector == {"adl-test/pool": pool}
+            tolerations = [t.to_dict() for t in pod.spec.tolerations or []]
+            assert any(
+                (t["key"], t["operator"], t["value"], t["effect"])
+                == (taint["key"], "Equal", pool, "NoSchedule")
+                for t in tolerations
+            ), tolerations
+        # kube-scheduler binds them there too: the node B the pods select and tolerate
+        wait_for(
+            lambda: {p.spec.node_name for p in pods()} == {node_b},
+            timeout=60,
+            what="the pods bound to node B",
+            details=lambda: str([(p.metadata.name, p.spec.node_name) for p in pods()]),
+        )
     core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
