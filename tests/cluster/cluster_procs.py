@@ -1,4 +1,5 @@
-"""Processes the cluster tests start, and waiting on conditions with a deadline.
+"""Processes the cluster tests start; the cluster modules' waits (``wait_for``: the test kit's one
+wait helper, ``tests/waiting.py``).
 
 Every process runs in its own session with its output in a log file, so it can be stopped
 (SIGTERM, then SIGKILL after a grace period) or killed (-9) as a whole, and a failure can show
@@ -13,50 +14,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
 
-T = TypeVar("T")
-
-#: how often a condition is re-checked: short against startup times of seconds
-POLL_S = 0.1
-
-
-class WaitTimeout(AssertionError):
-    """A condition did not hold before its deadline."""
-
-
-def wait_for(
-    check: Callable[[], T | None],
-    *,
-    timeout: float,
-    what: str,
-    details: Callable[[], str] | None = None,
-    give_up: Callable[[], str | None] | None = None,
-) -> T:
-    """Re-check ``check`` until it returns something truthy; raise with ``details()`` (log tails)
-    past the deadline, or at once when ``give_up()`` names a reason (a process died).
-    Exceptions from ``check`` count as "not yet" (a port not open yet)."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        reason = give_up() if give_up else None
-        if reason:
-            extra = f"\n{details()}" if details else ""
-            raise WaitTimeout(f"{what}: {reason}{extra}")
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as exc:
-            last_error = exc
-        if time.monotonic() > deadline:
-            why = f" (last error: {last_error!r})" if last_error else ""
-            extra = f"\n{details()}" if details else ""
-            raise WaitTimeout(f"{what}: not within {timeout:.0f} s{why}{extra}")
-        time.sleep(POLL_S)
+from tests.waiting import wait_for as wait_for
 
 
 def free_port() -> int:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +22,7 @@ from kopf.testing import KopfRunner
 from adl.operator import handlers
 from adl.operator.store import KUBE_URL_ENV
 from adl.sched.types import Allocation, JobInfo, NodeInfo
+from tests.waiting import eventually as eventually  # the kit's async wait, for this harness's users
 
 JOBS = "adl.dev/v1/adaptivejobs"
 
@@ -51,13 +51,12 @@ GATE_LIMIT_S = 120.0
 
 
 class ScriptedPolicy:
-    """Answers what the test says (after ``delay`` seconds, like a slow optimization);
-    records what it was asked and whether it is optimizing right now."""
+    """Answers what the test says; records what it was asked and whether it is optimizing
+    right now."""
 
     def __init__(self) -> None:
         self.answer: dict[str, list[str]] = {}
         self.calls = 0
-        self.delay = 0.0
         self.seen: set[str] = set()
         self.rounds: list[set[str]] = []  # the jobs of each call
         self.busy = threading.Event()
@@ -74,12 +73,10 @@ class ScriptedPolicy:
         self.calls += 1
         self.seen |= {j.name for j in jobs}
         self.rounds.append({j.name for j in jobs})
-        if self.delay or self.gate is not None:
+        if self.gate is not None:
             self.busy.set()
             try:
-                time.sleep(self.delay)
-                if self.gate is not None:
-                    self.gate.wait(GATE_LIMIT_S)  # bounded: a test that fails still tears down
+                self.gate.wait(GATE_LIMIT_S)  # bounded: a test that fails still tears down
             finally:
                 self.busy.clear()
         return {j.name: list(self.answer.get(j.name, [])) for j in jobs}
@@ -106,8 +103,33 @@ async def k8s(kmock: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     return kmock
 
 
+class RoundCounter:
+    """Stands in for the operator's metrics (``OperatorConfig.metrics``, told of every round it
+    ends): a test that checks that nothing happens waits for rounds to pass, not for a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # rounds end in the operator's worker threads
+        self.ended = 0
+
+    def observe_round(self, seconds: float) -> None:
+        with self._lock:
+            self.ended += 1
+
+    async def more(self, n: int, timeout: float = 15.0) -> None:
+        """Until ``n`` more rounds have ended (each tick starts one once the interval passed)."""
+        target = self.ended + n
+        await eventually(lambda: self.ended >= target, timeout, what=f"{n} more rounds")
+
+
 @pytest.fixture
-def policy(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> ScriptedPolicy:
+def round_counter() -> RoundCounter:
+    return RoundCounter()
+
+
+@pytest.fixture
+def policy(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, round_counter: RoundCounter
+) -> ScriptedPolicy:
     """The scripted policy, in the config the operator starts with (a test sets other fields
     with ``@pytest.mark.operator_config(name=value, ...)``: the config is fixed at start-up)."""
     scripted = ScriptedPolicy()
@@ -117,6 +139,7 @@ def policy(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> S
         "round_interval_s": 0.3,
         "api_url": "http://adl-api.test:8080",
         "namespaces": (),
+        "metrics": round_counter,
     }
     fields.update(marker.kwargs if marker is not None else {})
     config = replace(handlers.DEFAULT_CONFIG, **fields)
@@ -174,17 +197,3 @@ def objects(k8s: Any, plural: str, namespace: str | None = "default") -> dict[st
         if res.plural == plural and ns == namespace and not obj.deleted:
             out[name] = _plain(obj)
     return out
-
-
-async def eventually(check: Callable[[], Any], timeout: float = 8.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (KeyError, IndexError, AssertionError):
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")

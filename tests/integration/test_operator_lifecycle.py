@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
-from operator_harness import Operator, ScriptedPolicy, eventually, objects
+from operator_harness import Operator, RoundCounter, ScriptedPolicy, eventually, objects
 
 from adl.controller.lifecycle import Timing
 from adl.operator.store import MERGE, api_client
@@ -199,7 +199,7 @@ async def test_allocation_change_restarts_at_next_group(
 
 @pytest.mark.operator_config(timing=Timing(backoff_base_s=1.0))
 async def test_failure_backs_off_then_fails_past_max_restarts(
-    k8s: Any, policy: ScriptedPolicy, operator: Operator, monkeypatch: Any
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, round_counter: RoundCounter
 ) -> None:
 
     policy.answer = {KEY: ["node-a"]}
@@ -221,7 +221,9 @@ async def test_failure_backs_off_then_fails_past_max_restarts(
     assert "exited with code 3" in st["message"]
     failed = [c for c in st["conditions"] if c["type"] == "Failed"]
     assert failed and failed[0]["status"] == "True"
-    await asyncio.sleep(1.2)  # no third group, even after another backoff period
+    # no third group, even after another backoff period: each tick (1 s apart) runs a round
+    # and then looks at the job, so three more rounds span two ticks past the backoff
+    await round_counter.more(3)
     assert "train-g3-0" not in alive(k8s) and status(k8s)["group"] == 2
 
 
@@ -258,7 +260,7 @@ async def test_delete_cleans_up(k8s: Any, policy: ScriptedPolicy, operator: Oper
 
 
 async def test_operator_restarted_mid_resize_converges(
-    k8s: Any, policy: ScriptedPolicy, operator: Operator
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, round_counter: RoundCounter
 ) -> None:
     policy.answer = {KEY: ["node-a"]}
     await submit(job_body())
@@ -290,7 +292,7 @@ async def test_operator_restarted_mid_resize_converges(
     assert delete_g1 and creates and delete_g1[0] < min(creates)  # never two groups at once
     names = [r.data["metadata"]["name"] for r in later if r.id in creates]
     assert set(names) == {"train-g2-0"}
-    await asyncio.sleep(0.5)
+    await round_counter.more(2)  # rounds and ticks go on: nothing else is started or stopped
     assert alive(k8s) == {"train-g2-0"} and status(k8s)["group"] == 2
 
 
@@ -372,7 +374,7 @@ async def test_unschedulable_pod_is_a_reason_then_a_failure(
 
 
 async def test_invalid_spec_fails_with_the_reason_and_is_never_scheduled(
-    k8s: Any, policy: ScriptedPolicy, operator: Operator
+    k8s: Any, policy: ScriptedPolicy, operator: Operator, round_counter: RoundCounter
 ) -> None:
     """A spec the API server's schema would reject (kmock enforces none) is Failed with the
     validation message; the round leaves it out and no pod is made."""
@@ -382,7 +384,7 @@ async def test_invalid_spec_fails_with_the_reason_and_is_never_scheduled(
     assert st["reason"] == "InvalidSpec" and "minReplicas" in st["message"]
     assert conditions(k8s)["Failed"]["status"] == "True"
     await eventually(lambda: "InvalidSpec" in [e["reason"] for e in posted_events(k8s)])
-    await asyncio.sleep(0.8)  # rounds keep running (0.3 s apart) without touching it
+    await round_counter.more(2)  # rounds keep running without touching it
     assert pods_of(k8s) == {} and "adl.dev/allocation" not in (
         objects(k8s, "adaptivejobs")["train"]["metadata"].get("annotations") or {}
     )
@@ -469,6 +471,25 @@ async def set_suspend(name: str, value: bool) -> None:
     await patch_spec(name, suspend=value)
 
 
+async def looked_at_again(k8s: Any, name: str, times: int = 2) -> None:
+    """Until the operator has read the job's pods ``times`` more times: each reconcile reads
+    them, after the round its event may force, so a round the job's state would ask for has
+    run by then (a check that nothing happened needs no guessed wait)."""
+    since = len(list(k8s))
+
+    def reads() -> int:
+        return sum(
+            1
+            for r in list(k8s)[since:]
+            if r.method == "GET"
+            and r.resource is not None
+            and r.resource.plural == "pods"
+            and f"adl.dev/job={name}" in str(r.params.get("labelSelector", ""))
+        )
+
+    await eventually(lambda: reads() >= times, 15, what=f"the operator looked at {name} again")
+
+
 async def queue_behind_a_running_job(k8s: Any, policy: ScriptedPolicy) -> None:
     """'train' runs on the only GPU; 'queued' waits, with its empty answer recorded."""
     policy.answer = {KEY: ["node-a"]}
@@ -476,7 +497,10 @@ async def queue_behind_a_running_job(k8s: Any, policy: ScriptedPolicy) -> None:
     await run_group(k8s, {"train-g1-0"})
     await submit(job_body("queued"))
     await eventually(lambda: allocation_annotation(k8s, "queued") == "[]", what="queued waits")
-    await asyncio.sleep(0.5)  # its own events (status set once) and their rounds are over
+    await eventually(
+        lambda: status(k8s, "queued").get("reason") == "WaitingForAllocation", what="its status"
+    )
+    await looked_at_again(k8s, "queued")  # its events and any rounds they asked for are over
     assert not pods_of(k8s, "queued")
 
 
@@ -551,5 +575,5 @@ async def test_a_job_submitted_suspended_forces_no_round(
     calls = policy.calls
     await submit(job_body("held", suspend=True))
     await eventually(lambda: status(k8s, "held").get("phase") == "Suspended", what="Suspended")
-    await asyncio.sleep(0.5)
+    await looked_at_again(k8s, "held")
     assert policy.calls == calls and "default/held" not in policy.seen

@@ -61,12 +61,13 @@ async def test_operator_process_serves_api_and_runs_jobs(k8s: Any, tmp_path: Pat
                 except httpx.TransportError:
                     return 0
 
-            for _ in range(300):
-                if await status_of(f"http://127.0.0.1:{port}/readyz") == 200:
-                    break
-                assert proc.poll() is None, output()
-                await asyncio.sleep(0.1)
-            assert await status_of(f"http://127.0.0.1:{port}/readyz") == 200
+            async def ready() -> bool:
+                return await status_of(f"http://127.0.0.1:{port}/readyz") == 200
+
+            def exited() -> str | None:
+                return None if proc.poll() is None else f"exited with {proc.returncode}"
+
+            await eventually(ready, 40, what="/readyz", details=output, give_up=exited)
             assert await status_of(f"http://127.0.0.1:{health}/healthz") == 200
 
             container = {"name": "t", "image": "t:1", "command": ["python", "t.py"]}

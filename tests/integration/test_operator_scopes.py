@@ -6,6 +6,7 @@ is still optimizing)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import kmock
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
-from operator_harness import Operator, ScriptedPolicy, eventually, objects
+from operator_harness import Operator, RoundCounter, ScriptedPolicy, eventually, objects
 
 from adl.operator import handlers
 from adl.operator.store import MERGE, api_client
@@ -45,7 +46,7 @@ async def submit(name: str, namespace: str = "default") -> None:
 
 
 async def test_namespaced_operator_runs_only_its_namespaces(
-    k8s: Any, policy: ScriptedPolicy, monkeypatch: Any
+    k8s: Any, policy: ScriptedPolicy, round_counter: RoundCounter, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(
         handlers, "DEFAULT_CONFIG", replace(handlers.DEFAULT_CONFIG, namespaces=["team-a"])
@@ -59,7 +60,7 @@ async def test_namespaced_operator_runs_only_its_namespaces(
         await eventually(lambda: "mine-g1-0" in objects(k8s, "pods", "team-a"), what="pod")
         st = await eventually(lambda: objects(k8s, "adaptivejobs", "team-a")["mine"]["status"])
         assert st["phase"] == "Starting" and st["allocation"] == ["node-a"]
-        await asyncio.sleep(1.0)  # a few rounds and ticks later
+        await round_counter.more(3)  # a few rounds and ticks later
     finally:
         await op.stop()
     assert objects(k8s, "pods", "team-b") == {}
@@ -110,7 +111,8 @@ async def test_lower_priority_operator_waits_while_a_higher_peer_lives(
     await op.start()
     try:
         await submit("peer")
-        await asyncio.sleep(2.0)
+        # a standby shows nothing that it would do to wait on: it is given time to act wrongly
+        await asyncio.sleep(2.0)  # allowed: a standby's inaction has no event
         assert objects(k8s, "pods") == {} and policy.calls == 0, "a standby operator acted"
         assert not objects(k8s, "adaptivejobs")["peer"].get("status")
 
@@ -135,29 +137,32 @@ async def test_round_optimizes_off_the_event_loop(
     policy.answer = {"default/slow": ["node-a"]}
     await submit("slow")
     await eventually(lambda: "slow-g1-0" in objects(k8s, "pods"), what="pod")
-    policy.delay = 3.0  # the next rounds take 3 s each
-    await eventually(policy.busy.is_set, timeout=5, what="a slow round in progress")
-    status = {
-        "status": {
-            "phase": "Running",
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [
-                {
-                    "name": "trainer",
-                    "state": {"running": {}},
-                    "image": "t:1",
-                    "imageID": "",
-                    "ready": True,
-                    "restartCount": 0,
-                }
-            ],
+    gate = threading.Event()
+    policy.gate = gate  # the next round optimizes until the test lets it go
+    try:
+        await eventually(policy.busy.is_set, timeout=5, what="a slow round in progress")
+        status = {
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {
+                        "name": "trainer",
+                        "state": {"running": {}},
+                        "image": "t:1",
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                    }
+                ],
+            }
         }
-    }
-    core = client.CoreV1Api(api_client())
-    await asyncio.to_thread(
-        core.patch_namespaced_pod_status, "slow-g1-0", "default", status, _content_type=MERGE
-    )
-    phase = lambda: (objects(k8s, "adaptivejobs")["slow"].get("status") or {}).get("phase")  # noqa: E731
-    await eventually(lambda: phase() == "Running", timeout=2.5, what="Running during the round")
-    assert policy.busy.is_set(), "the pod event waited for the optimization to finish"
-    policy.delay = 0.0
+        core = client.CoreV1Api(api_client())
+        await asyncio.to_thread(
+            core.patch_namespaced_pod_status, "slow-g1-0", "default", status, _content_type=MERGE
+        )
+        phase = lambda: (objects(k8s, "adaptivejobs")["slow"].get("status") or {}).get("phase")  # noqa: E731
+        await eventually(lambda: phase() == "Running", what="Running during the round")
+        assert policy.busy.is_set(), "the pod event waited for the optimization to finish"
+    finally:
+        gate.set()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from adl.models import AdaptiveJobSpec
 from tests.fakes import FixedPolicy
+from tests.waiting import wait_for as wait_for  # the test kit's one wait, for the users of this kit
 
 __all__ = ["FixedPolicy", "counter_spec", "wait_for"]
 
@@ -29,15 +28,6 @@ def counter_spec(*args: str, lo: int = 1, hi: int = 2, max_restarts: int = 3) ->
             "terminationGracePeriodSeconds": 5,
         }
     )  # fmt: skip
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0, every: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(every)
-    raise AssertionError("condition not met in time")
 
 
 class FilePolicy(FixedPolicy):
