@@ -12,16 +12,20 @@ import time
 from pathlib import Path
 
 from adl.supervisor import RankSpec, Supervisor
+from tests.waiting import ROOT, wait_for
 
 #: A rank: records that it started, and a SIGTERM (then exits 143, as a checkpointing worker
 #: does); then does what its argument says: ``exit:N``, ``ready-exit:N`` (exit N once every rank
 #: of the group has its SIGTERM handler in, so a peer's stop finds it ready: without that a busy
 #: machine can deliver the stop first, and the peer dies of the signal instead of exiting 143),
 #: ``wait`` (for a stop), ``ignore`` (the SIGTERM too, so only SIGKILL ends it), ``pause`` (1 s,
-#: then exit 0).
-RANK = """
-import os, signal, sys, time
+#: then exit 0). The test kit's wait is imported from the checkout.
+RANK = (
+    f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+    + """
+import os, signal, time
 from pathlib import Path
+from tests.waiting import wait_for
 folder, action, rank = Path(sys.argv[1]), sys.argv[2], os.environ["R"]
 def on_term(signum, frame):
     (folder / f"term{rank}").write_text("")
@@ -31,16 +35,17 @@ print(f"out of {rank}")
 print(f"err of {rank}", file=sys.stderr)
 (folder / f"ready{rank}").write_text("")
 if action.startswith("ready-exit:"):
-    while not all((folder / f"ready{r}").exists() for r in range(int(os.environ["N"]))):
-        time.sleep(0.01)  # a bounded poll of the peers' files: the test's own wait
+    wait_for(lambda: all((folder / f"ready{r}").exists() for r in range(int(os.environ["N"]))))
     sys.exit(int(action[11:]))
 if action.startswith("exit:"):
     sys.exit(int(action[5:]))
 if action == "pause":
-    time.sleep(1.0)
+    time.sleep(1.0)  # allowed: outlives its peer's exit, the time a wrong stop would come in
     sys.exit(0)
-time.sleep(120)
+while True:
+    signal.pause()  # until a stop (or SIGKILL)
 """
+)
 
 
 def ranks(folder: Path, *actions: str, log: bool = True) -> list[RankSpec]:
@@ -123,13 +128,6 @@ print(json.dumps(outcome.returncodes))
 """
 
 
-def _wait_for(paths: list[Path], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not all(p.exists() for p in paths):
-        assert time.monotonic() < deadline, f"never appeared: {paths}"
-        time.sleep(0.02)
-
-
 def test_sigterm_to_the_supervisor_is_forwarded_to_every_rank(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(tmp_path), RANK],
@@ -138,7 +136,8 @@ def test_sigterm_to_the_supervisor_is_forwarded_to_every_rank(tmp_path: Path) ->
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     try:
-        _wait_for([tmp_path / "ready0", tmp_path / "ready1"])
+        ready = [tmp_path / "ready0", tmp_path / "ready1"]
+        wait_for(lambda: all(p.exists() for p in ready), 60, "both ranks ready")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -177,8 +176,9 @@ def test_a_spawner_may_start_a_rank_its_own_way(tmp_path: Path) -> None:
             return None  # the usual way
         used.append(spec.rank)
         ready = tmp_path / "ready0"  # rank 0's stop handler is in: see ready-exit in RANK
-        code = f"import pathlib, time\nwhile not pathlib.Path({str(ready)!r}).exists():"
-        code += " time.sleep(0.01)\nraise SystemExit(7)"
+        code = f"import pathlib, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        code += "from tests.waiting import wait_for\n"
+        code += f"wait_for(pathlib.Path({str(ready)!r}).exists)\nraise SystemExit(7)"
         return subprocess.Popen([sys.executable, "-c", code])
 
     outcome = Supervisor(ranks(tmp_path, "wait", "x"), to_terminal=False, spawn=spawn).run()

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from adl.cli.main import app
 from adl.client_lib.env import read_worker_env
 from adl.client_lib.launch import Launcher, exit_code, main, worker_env, worst
+from tests.waiting import ROOT
 
 DUMP = (
     "import json, os, sys; "
@@ -88,7 +89,8 @@ def test_launcher_starts_n_ranked_workers(tmp_path: Path) -> None:
 
 def test_a_failed_worker_stops_the_others(tmp_path: Path) -> None:
     script = (
-        "import os, sys, time\nif os.environ['ADL_RANK'] == '0':\n    sys.exit(3)\ntime.sleep(60)\n"
+        "import os, signal, sys\nif os.environ['ADL_RANK'] == '0':\n    sys.exit(3)\n"
+        "signal.pause()  # until the stop\n"
     )
     start = time.monotonic()
     code = Launcher([sys.executable, "-c", script], 2, grace_s=30).run()
@@ -99,14 +101,17 @@ def test_a_failed_worker_stops_the_others(tmp_path: Path) -> None:
 def test_a_worker_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
     ready = tmp_path / "ignoring"
     script = (
-        "import os, signal, sys, time\n"
+        "import os, signal, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.waiting import wait_for\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "if os.environ['ADL_RANK'] == '0':\n"
         # stop only once the peer ignores SIGTERM (else it may die of it before that)
-        f"    while not os.path.exists({str(ready)!r}): time.sleep(0.01)\n"
+        f"    wait_for(lambda: os.path.exists({str(ready)!r}))\n"
         "    sys.exit(143)\n"
         f"open({str(ready)!r}, 'w').close()\n"
-        "time.sleep(60)\n"
+        "while True:\n"
+        "    signal.pause()  # SIGTERM ignored: only SIGKILL ends this\n"
     )
     start = time.monotonic()
     # The peer had to be killed: that counts as a failure (137), not a clean preemption.
@@ -256,11 +261,11 @@ def test_a_worker_that_stopped_on_its_own_stops_the_others(tmp_path: Path) -> No
     """A rank exiting 143 by itself (its checkpoint watchdog fired) ends the group, as in the
     local daemon's shim: the launcher's code is 143, not a failure."""
     script = (
-        "import os, signal, sys, time\n"
+        "import os, signal, sys\n"
         "if os.environ['ADL_RANK'] == '0':\n"
         "    sys.exit(143)\n"
         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
-        "time.sleep(60)\n"
+        "signal.pause()\n"
     )
     start = time.monotonic()
     assert Launcher([sys.executable, "-c", script], 2, grace_s=30).run() == 143

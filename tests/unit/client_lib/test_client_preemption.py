@@ -26,6 +26,7 @@ from adl.client_lib.preemption import (
     check_preemption,
     checkpoint_interval_from_env,
 )
+from tests.waiting import wait_for
 
 MakeContext = Callable[..., JobContext]
 
@@ -37,9 +38,7 @@ def test_sigterm_requests_a_stop_and_the_handler_is_restored() -> None:
     try:
         assert not monitor.poll()
         os.kill(os.getpid(), signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while not monitor.stop_requested and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: monitor.stop_requested, 5, "the stop requested")
         assert monitor.poll()
     finally:
         monitor.uninstall()
@@ -59,10 +58,10 @@ def test_only_a_stop_file_written_after_the_start_counts(tmp_path: Path) -> None
 
 def test_the_watchdog_exits_143_when_the_clean_stop_hangs() -> None:
     code = (
-        "import time\n"
+        "import signal\n"
         "from adl.client_lib.preemption import PreemptionMonitor\n"
         "PreemptionMonitor(grace_s=0.5).request_stop()\n"
-        "time.sleep(60)\n"
+        "signal.pause()  # a clean stop that never comes: only the watchdog ends this\n"
     )
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-c", code], timeout=60, check=False)

@@ -25,6 +25,7 @@ from adl.client_lib.reporter import (
 )
 from adl.models import Hints
 from adl.sched.goodput import BatchBounds, GradParams, PerfParams
+from tests.waiting import wait_for
 
 PERF = PerfParams(0.01, 0.001, 0.05, 0.01, 0.02, 0.002, 1.5)
 
@@ -203,15 +204,15 @@ def test_failing_provider_does_not_raise() -> None:
 
 def test_background_thread_reports_periodically_and_stops(server: _Recorder) -> None:
     reporter = HintsReporter(_hints, _url(server) + "/v1/jobs/a/b/hints", interval_s=0.05)
+    before = set(threading.enumerate())
     reporter.start()
-    deadline = time.monotonic() + 5.0
-    while len(server.requests) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    (thread,) = set(threading.enumerate()) - before
+    wait_for(lambda: len(server.requests) >= 3, 5.0, "three reports")
     reporter.stop()
     count = len(server.requests)
-    assert count >= 3
-    time.sleep(0.15)
-    assert len(server.requests) == count  # nothing after stop()
+    # nothing after stop(): it returns once the reporting thread has ended
+    assert not thread.is_alive()
+    assert len(server.requests) == count
     reporter.stop(flush=True)
     assert len(server.requests) == count + 1
 
@@ -220,9 +221,7 @@ def test_background_thread_survives_a_dead_server() -> None:
     url = f"http://127.0.0.1:{_dead_port()}/v1/jobs/a/b/hints"
     reporter = HintsReporter(_hints, url, interval_s=0.02, timeout_s=0.2, backoff_s=0.01)
     reporter.start()
-    deadline = time.monotonic() + 5.0
-    while reporter.failed < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: reporter.failed >= 2, 5.0, "two failed reports")
     reporter.stop()
     assert reporter.failed >= 2
 
@@ -284,13 +283,6 @@ def test_an_interval_out_of_bounds_is_refused_by_name(
     assert reporter is not None and reporter.interval_s == 12.0
 
 
-def _wait(cond: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def test_first_report_as_soon_as_the_model_is_fitted_then_backing_off(server: _Recorder) -> None:
     fitted = threading.Event()
     built = 0
@@ -309,11 +301,11 @@ def test_first_report_as_soon_as_the_model_is_fitted_then_backing_off(server: _R
     )  # fmt: skip
     reporter.start()
     try:
-        _wait(lambda: built >= 5)
+        wait_for(lambda: built >= 5)
         assert server.requests == []  # nothing worth telling the scheduler yet
         fitted.set()
         # four reports (the first and three early ones) long before the hour is up
-        _wait(lambda: len(server.requests) >= 4)
+        wait_for(lambda: len(server.requests) >= 4)
     finally:
         reporter.stop()
     assert all(r["body"]["perfParams"] is not None for r in server.requests)
@@ -332,7 +324,7 @@ def test_gaps_between_early_reports_double(server: _Recorder) -> None:
     )  # fmt: skip
     reporter.start()
     try:
-        _wait(lambda: len(server.requests) >= 5)
+        wait_for(lambda: len(server.requests) >= 5)
     finally:
         reporter.stop()
     gaps = [b - a for a, b in itertools.pairwise(times[:5])]
@@ -351,7 +343,7 @@ def test_a_job_whose_model_never_fits_still_reports_after_the_steady_interval(
     started = time.monotonic()
     reporter.start()
     try:
-        _wait(lambda: len(server.requests) >= 1)
+        wait_for(lambda: len(server.requests) >= 1)
     finally:
         reporter.stop()
     assert time.monotonic() - started >= 1.0  # not before the steady interval
@@ -377,9 +369,9 @@ def test_a_changed_batch_is_reported_at_once(server: _Recorder) -> None:
     )  # fmt: skip
     reporter.start()
     try:
-        _wait(lambda: len(server.requests) == 1)  # the first report; the next is an hour away
+        wait_for(lambda: len(server.requests) == 1)  # the first report; the next is an hour away
         config[0] = (128, 0)  # the loader picked another batch at an epoch boundary
-        _wait(lambda: len(server.requests) == 2)
+        wait_for(lambda: len(server.requests) == 2)
         built = len(server.requests)
     finally:
         reporter.stop()
