@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from adl.cli import cmd_demo
 from adl.local.client import kill_workers, stop_daemon
+from tests.waiting import wait_for
 
 WORKER = """\
 import os, signal, sys, time
@@ -20,7 +20,8 @@ def stop(*_):
     sys.exit(143)
 signal.signal(signal.SIGTERM, stop)
 here.joinpath(f"pid-{os.getpid()}").write_text("")
-time.sleep(600)
+while True:
+    signal.pause()  # until the demo stops it
 """
 
 
@@ -58,10 +59,7 @@ def test_a_timed_out_demo_leaves_no_worker_behind(
         # sleepy starts on both its replicas at once (a new job starts on up to a node)
         assert len(pids) == 3, "the workers should have started before the timeout"
         assert {r.phase for r in rows} == {"Running"}
-        deadline = time.monotonic() + 5
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not [p for p in pids if _alive(p)], "demo workers outlived the demo"
+        wait_for(lambda: not any(_alive(p) for p in pids), 5, "demo workers outlived the demo")
         # stopped the graceful way (SIGTERM: a real worker checkpoints), not killed at the end
         terms = {int(p.name[5:]) for p in (tmp_path / "pids").glob("term-*")}
         assert terms == set(pids)

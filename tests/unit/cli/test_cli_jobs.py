@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -227,21 +228,29 @@ def test_top_once_and_live(adl_home: Path, daemon: int) -> None:
     assert row[:3] == ["watched", "-", "Running"]  # the local backend has no Kueue queue
 
     # live: a separate process refreshing until interrupted
+    # TTY_COMPATIBLE: rich draws the live table into the pipe as on a terminal (else only once,
+    # at the end), so the test sees the table up before it interrupts
     proc = subprocess.Popen(
         [sys.executable, "-m", "adl.cli.main", "top", "--interval", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "COLUMNS": "120"},
+        env={**os.environ, "COLUMNS": "120", "TTY_COMPATIBLE": "1"},
     )
+    assert proc.stdout is not None and proc.stderr is not None
+    shown: list[str] = []
+    reader = threading.Thread(target=lambda: shown.extend(iter(proc.stdout.readline, "")))
+    reader.start()
     try:
-        time.sleep(5.0)  # past the interpreter's start-up, even on a loaded machine
+        wait_for(lambda: "Running" in "".join(shown), 60, "the live table")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+        reader.join(timeout=20)
+    assert proc.returncode == 0, proc.stderr.read()
+    out = "".join(shown)
     assert "watched" in out and "Running" in out
     assert adl("delete", "watched")[0] == 0
     wait_for(lambda: purged(adl_home, "default/watched"), timeout=30)

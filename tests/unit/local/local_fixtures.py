@@ -4,7 +4,6 @@ torch-free counter worker."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from adl.controller.lifecycle import Timing
 from adl.local.client import LocalBackend
 from adl.local.daemon import Daemon, Settings
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -38,9 +38,7 @@ def daemon_factory(home: Path) -> Iterator[Callable[..., Daemon]]:
         d = Daemon(settings, policy_factory=factory)  # type: ignore[arg-type]
         t = threading.Thread(target=d.run, daemon=True)
         t.start()
-        deadline = time.monotonic() + 10
-        while d.store.get_meta("daemon_pid") is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: d.store.get_meta("daemon_pid") is not None, 10, "the daemon started")
         started.append((d, t))
         return d
 

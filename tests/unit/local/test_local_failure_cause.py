@@ -12,20 +12,24 @@ from local_kit import FixedPolicy, counter_spec, wait_for
 
 from adl.local.client import LocalBackend
 from adl.models import Phase
+from tests.waiting import ROOT
 
 #: rank 0 waits (default SIGTERM action: it dies of the signal); rank 1 fails once rank 0 is up
-SCRIPT = """\
-import os, pathlib, sys, time
+SCRIPT = (
+    f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+    + """\
+import os, pathlib, signal
+from tests.waiting import wait_for
 flag = pathlib.Path(os.environ["ADL_CHECKPOINT_DIR"]) / "rank0-up"
 if os.environ["ADL_RANK"] == "0":
     flag.parent.mkdir(parents=True, exist_ok=True)
     flag.touch()
-    time.sleep(120)
-while not flag.exists():
-    time.sleep(0.02)
+    signal.pause()  # until the teardown's SIGTERM
+wait_for(flag.exists, 60)
 print("rank 1 gives up", flush=True)
 sys.exit(3)
 """
+)
 
 
 def test_the_reason_names_the_rank_that_failed_not_a_peer_stopped_because_of_it(
