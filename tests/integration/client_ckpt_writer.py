@@ -3,17 +3,17 @@
 Joins the job through ``adl.init_process_group`` (standalone, ``ADL_CHECKPOINT_DIR`` set),
 restores what the last checkpoint holds, prints ``restored <version>`` and saves version+1
 through the library's own checkpoint path, printing ``saved <version>`` after each save.
-``--slow-from V`` makes the write of version V and later trickle out in 256 KiB chunks (after
-the real serialization, so the bytes are exactly what ``torch.save`` produces), printing
-``writing <version>`` once part of the file is on disk: the test kills the process there.
+``--slow-from V`` makes the write of version V and later stall after two 256 KiB chunks of the
+real serialization (the bytes are exactly what ``torch.save`` produces), printing ``writing
+<version>``: the test kills the process there, and it waits for that kill.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import signal
 import sys
-import time
 from typing import Any
 
 import torch
@@ -57,7 +57,8 @@ def slow_save(version: Versioned, slow_from: int) -> None:
             f.flush()
             if start == chunk:  # two chunks on disk, the rest to come
                 print(f"writing {version.version} {len(data)}", flush=True)
-            time.sleep(0.05)
+                while True:  # a disk that never finishes: the test's kill -9 lands mid-write
+                    signal.pause()
 
     checkpoint.torch.save = save  # type: ignore[assignment]
 

@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -67,7 +66,6 @@ def test_kill9_daemon_mid_resize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         wait_for(lambda: backend.get("a", "default").status.phase == kill_in, every=0.01)
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: daemon_pid(home) is None, timeout=10)
-        time.sleep(0.5)
         _start(home)
         wait_for(
             lambda: all(v.status.phase == Phase.SUCCEEDED for v in backend.list()), timeout=120

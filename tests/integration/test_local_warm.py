@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -105,8 +104,9 @@ def test_a_forked_rank_runs_the_script_as_main_with_its_env_cwd_and_log(tmp_path
         ("raise RuntimeError('boom')", 1, "RuntimeError: boom"),
         ("import atexit; atexit.register(lambda: print('bye', flush=True))", 0, "bye"),
         (
-            "import threading, time\n"
-            "def late(): time.sleep(0.3); print('thread done', flush=True)\n"
+            "import threading\n"
+            # finishes only once the main thread has (the interpreter's shutdown has begun)
+            "def late(): threading.main_thread().join(); print('thread done', flush=True)\n"
             "threading.Thread(target=late).start()",
             0,
             "thread done",  # non-daemon threads are joined before exit
@@ -123,7 +123,7 @@ def test_exit_codes_and_output_match_a_normal_interpreter(
 
 def test_sigterm_reaches_the_forked_rank(tmp_path: Path) -> None:
     script = tmp_path / "sleep.py"
-    script.write_text("import time\nprint('up', flush=True)\ntime.sleep(30)\n")
+    script.write_text("import signal\nprint('up', flush=True)\nsignal.pause()\n")
     log = tmp_path / "r.log"
     proc = fork_rank([PY, str(script)], {}, None, str(log))
     assert proc is not None
@@ -154,7 +154,7 @@ def test_a_warm_shim_is_dropped_when_its_job_goes_away(tmp_path: Path) -> None:
     proc, popen = P.prewarm(paths, dict(os.environ), None)
     try:
         assert paths.warm_shims() == [paths.warm_pid(proc.pid)] and P.alive(proc)
-        time.sleep(0.2)
+        _wait_until_catches_sigterm(popen.pid)  # the shim is running, not still starting
         P.drop_warm(paths)
         assert popen.wait(timeout=10) == -signal.SIGKILL
         assert paths.warm_shims() == []
@@ -206,16 +206,15 @@ def test_a_stop_while_waiting_interrupts_at_once_and_is_no_exception() -> None:
 def _wait_until_catches_sigterm(pid: int, timeout_s: float = 60.0) -> None:
     """A loaded machine may take seconds to start Python. A SIGTERM before the handler is in
     kills the shim by the default action (also quiet, but exit -15); test the handled path."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def catches() -> bool:
         status = Path(f"/proc/{pid}/status").read_text()
         caught = int(
             next(ln for ln in status.splitlines() if ln.startswith("SigCgt:")).split()[1], 16
         )
-        if caught & (1 << (signal.SIGTERM - 1)):
-            return
-        time.sleep(0.02)
-    raise AssertionError("the warm shim never installed its SIGTERM handler")
+        return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+    wait_for(catches, timeout_s, "the warm shim installed its SIGTERM handler")
 
 
 def test_an_idle_warm_shim_leaves_quietly_on_sigterm(tmp_path: Path) -> None:
@@ -223,7 +222,9 @@ def test_an_idle_warm_shim_leaves_quietly_on_sigterm(tmp_path: Path) -> None:
     _, popen = P.prewarm(paths, dict(os.environ), None)
     try:
         _wait_until_catches_sigterm(popen.pid)
-        time.sleep(0.2)  # now in the middle of preloading torch
+        # in the middle of preloading torch: its library is being loaded
+        maps = Path(f"/proc/{popen.pid}/maps")
+        wait_for(lambda: "libtorch" in maps.read_text(), 60, "torch being imported")
         popen.send_signal(signal.SIGTERM)
         assert popen.wait(timeout=60) == 0
         assert not list((tmp_path / "job" / "groups").glob("*.result.json"))

@@ -44,10 +44,10 @@ def main() -> int:
         return 3
     while step < args.steps:
         if stop:
-            time.sleep(args.stop_s)
+            time.sleep(args.stop_s)  # allowed: a stop that takes time, as a checkpoint does
             print(f"stopped group={group} rank={rank} step={step}", flush=True)
             return 143
-        time.sleep(args.step_s)
+        time.sleep(args.step_s)  # allowed: pacing the steps, not waiting for anything
         step += 1
         if step == args.crash_at and rank == 0 and not (ckdir / "crashed").exists():
             (ckdir / "crashed").write_text("1")
