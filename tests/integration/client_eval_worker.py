@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 import signal
-import time
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,9 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import adl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: the test kit
+from tests.waiting import wait_for
 
 
 def main() -> None:
@@ -61,10 +64,8 @@ def main() -> None:
             return
         assert ctx.preemption is not None and ctx.preemption.stop_file is not None
         ctx.preemption.stop_file.write_text("suspend\n")
-        deadline = time.monotonic() + 60.0
-        while not ctx.preemption.local_stop_requested():  # the file is polled once a second
-            assert time.monotonic() < deadline, "stop file never noticed"
-            time.sleep(0.05)
+        # the file is looked at (at most once a second) on each call
+        wait_for(ctx.preemption.local_stop_requested, 60.0, "the stop file noticed")
 
     def train(epoch: int) -> None:
         stats = adl.Accumulator()

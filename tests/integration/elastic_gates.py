@@ -10,9 +10,13 @@ A gate holds at most ``timeout_s``, then fails the job (the test did not act).""
 from __future__ import annotations
 
 import json
-import time
+import sys
+from pathlib import Path
 
 from adl.client_lib.env import context
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: the test kit
+from tests.waiting import wait_for
 
 
 def parse_gates(text: str) -> set[tuple[int, int]]:
@@ -33,8 +37,7 @@ def hold(gates: set[tuple[int, int]], step: int, timeout_s: float = 180.0) -> No
         print(json.dumps({"gate": step, "world": ctx.world_size}), flush=True)
     monitor = ctx.preemption
     assert monitor is not None
-    deadline = time.monotonic() + timeout_s
-    while not monitor.local_stop_requested():  # the signal handler or the stop file sets it
-        if time.monotonic() > deadline:
-            raise SystemExit(f"gate {step} at world {ctx.world_size}: no stop in {timeout_s}s")
-        time.sleep(0.05)
+    # the signal handler or the stop file (looked at on each call) sets it
+    wait_for(
+        monitor.local_stop_requested, timeout_s, f"gate {step} at world {ctx.world_size}: a stop"
+    )
