@@ -1,5 +1,5 @@
 """Helpers for the local backend's tests: the torch-free counter worker's spec, a fixed policy
-tests steer by hand, and polling."""
+tests steer by hand, and the kit's wait (``tests/waiting.py``) for the tests that use this kit."""
 
 from __future__ import annotations
 
