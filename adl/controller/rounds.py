@@ -18,10 +18,12 @@ import numpy as np
 from adl.controller.history import CompletedWork, job_kind
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.decisions import Decision, Hold, explain
+from adl.sched.gpu_types import one_type_per_job
 from adl.sched.hints import (
     min_replicas_from_hints,
     remaining_seconds,
     speedup_from_hints,
+    type_speed_from_models,
 )
 from adl.sched.types import (
     Allocation,
@@ -167,6 +169,8 @@ def job_info(
         gpus_per_replica=spec.gpus_per_replica,
         submit_order=order,
         priority=spec.priority,
+        gpu_types=tuple(spec.gpu_types),
+        type_speed=type_speed_from_models(hints, status.type_models),
     )
 
 
@@ -191,7 +195,7 @@ def _without(nodes: Sequence[NodeInfo], held: Sequence[tuple[str, int]]) -> list
     out = []
     for n in nodes:
         free = max(n.gpus - sum(g for h, g in held if h == n.name), 0)
-        out.append(NodeInfo(n.name, free, n.preemptible))
+        out.append(replace(n, gpus=free))
     return out
 
 
@@ -309,6 +313,9 @@ def plan_round(
         moving_prev = {i.name: previous[i.name] for i in infos}
         try:
             raw = policy.optimize(infos, free_nodes, moving_prev) if infos else {}
+            # every policy's answer puts each job on one GPU type it may use (a no-op on a
+            # uniform cluster, and for adl's own policy, which places so by construction)
+            raw = one_type_per_job(raw, infos, free_nodes)
             break
         except Exception:
             blamed = _culprits(policy, infos, free_nodes, moving_prev)
@@ -342,6 +349,7 @@ def plan_round(
         predictions_used=isinstance(policy, RanksByPredictedRemaining)
         and policy.ranks_by_predicted_remaining(),
         unit=unit,
+        node_types={n.name: n.gpu_type for n in nodes},
     )
     holds = _holds(policy, infos, free_nodes, moving_prev, raw, unit)
     return RoundResult(
