@@ -84,7 +84,7 @@ class JobInfo:
     #: speed of the job on each GPU type relative to its measured model (``speedup``): its
     #: speedup on ``type`` at (N, K) is ``type_speed[type] * speedup(N, K)``. A type not
     #: listed counts as 1.0, an estimate (the job has not run there)
-    type_speed: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
+    type_speed: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     def speed_on(self, gpu_type: str) -> float:
         """The job's relative speed on ``gpu_type`` (1.0 where unknown)."""

@@ -80,6 +80,16 @@ def test_two_jobs_share_the_fast_type_by_who_gains_more_there() -> None:
     assert types_of(got, nodes, "flat") == {T4}
 
 
+def test_a_running_job_moves_to_a_much_faster_type_once_it_is_free() -> None:
+    nodes = mixed()
+    long = {"remaining_s": 1e6, "age_s": 3600.0, "restart_cost_s": 30.0, "max_replicas": 4}
+    on_t4 = {"j": ["t0"] * 4}
+    fast = job("j", type_speed={A100: 3.0, T4: 1.0}, **long)
+    assert types_of(AdlPolicy().optimize([fast], nodes, on_t4), nodes, "j") == {A100}
+    alike = job("j", type_speed={A100: 1.02, T4: 1.0}, **long)  # within the change margin
+    assert AdlPolicy().optimize([alike], nodes, on_t4) == on_t4
+
+
 def test_a_previous_allocation_that_mixed_types_is_not_kept() -> None:
     nodes = mixed()
     jobs = [job("j", max_replicas=4)]
@@ -143,10 +153,11 @@ def clusters_and_jobs(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters_and_jobs())
-def test_every_adl_allocation_is_placeable_and_one_type_per_job(case) -> None:
+@given(clusters_and_jobs(), st.sampled_from([{}, {"dp": 0.0}, {"dp": 0.0, "local_search": 0.0}]))
+def test_every_adl_allocation_is_placeable_and_one_type_per_job(case, knobs) -> None:
+    # the default solvers, and the greedy alone (with and without its local search)
     nodes, jobs, previous = case
-    got = AdlPolicy().optimize(jobs, nodes, previous)
+    got = AdlPolicy(**knobs).optimize(jobs, nodes, previous)
     assert not problems(got, jobs, nodes)
     for j in jobs:
         n = len(got.get(j.name, []))
