@@ -563,6 +563,8 @@ class AdlPolicy:
                         value, keep = stay, count
                 if value > values[count]:
                     values[count], best_type[count] = value, gpu_type
+        if keep >= 0 and best_type.get(keep) != prev_type:
+            keep = -1  # another type is worth more at that count: the job moves there
         return values, keep, best_type
 
     def _solve_dp(
