@@ -1,12 +1,16 @@
 """Mixed GPU types (issue 33): no job ever spans two types, every allocation is placeable, jobs
 keep to the types they allow, and a job goes where it runs faster."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from adl.models import AdaptiveJobSpec, Hints, PerfParamsModel
 from adl.sched.baselines import FifoPolicy, PolluxPolicy, PolluxSettings, SiaPolicy, TiresiasPolicy
 from adl.sched.decisions import explain
 from adl.sched.gpu_types import one_type_per_job
+from adl.sched.hints import MIN_TYPE_SPEED, type_speed_from_models
 from adl.sched.placement import Cluster, validate_allocation
 from adl.sched.policy import AdlPolicy
 from adl.sched.types import JobInfo, NodeInfo
@@ -262,3 +266,33 @@ def test_a_uniform_cluster_decision_names_no_type() -> None:
         node_types={"n0": ""},
     )
     assert decided["j"].message == "started with 2 replicas: speedup 2.00, 4 GPUs free"
+
+
+# ------------------------------------------------------------------ bounds of the inputs
+
+
+def test_spec_gpu_types_are_bounded_label_values() -> None:
+    template = {"spec": {"containers": [{"name": "t", "command": ["python"]}]}}
+    ok = AdaptiveJobSpec(template=template, gpuTypes=[A100, T4])
+    assert ok.gpu_types == [A100, T4]
+    for bad in (
+        [f"gpu-{i}" for i in range(17)],  # more than 16
+        ["NVIDIA A100"],  # a space: torch's name, not the label's
+        ["x" * 64],  # longer than a label value
+        [""],
+    ):
+        with pytest.raises(ValidationError):
+            AdaptiveJobSpec(template=template, gpuTypes=bad)
+
+
+def test_per_type_speeds_need_a_current_type_and_are_clamped() -> None:
+    perf = PerfParamsModel(
+        alpha_c=0.01, beta_c=0.001, alpha_n=0.0, beta_n=0.0, alpha_r=0.0, beta_r=0.0, gamma=1.0
+    )
+    crawl = perf.model_copy(update={"alpha_c": 1000.0})
+    hints = Hints(init_batch_size=10, perf_params=perf)
+    assert type_speed_from_models(hints, {T4: crawl}) == {}  # no type: nothing is known
+    typed = hints.model_copy(update={"gpu_type": A100})
+    assert type_speed_from_models(typed, {T4: crawl}) == {A100: 1.0, T4: MIN_TYPE_SPEED}
+    with pytest.raises(ValidationError):
+        Hints(init_batch_size=10, gpuType="Tesla T4")
