@@ -69,8 +69,10 @@ class Cluster:
             self.type_max[t] = max(self.type_max[t], cap)
             self.type_capacity[t] += cap
         self.pools = {t: _Pool(self.type_max[t]) for t in self.type_names}
+        # each node's pool, by index: the hot path (``_move``) reads it without a dict lookup
+        self._pool_of = [self.pools[t] for t in self.types]
         for i, f in enumerate(self.free):
-            pool = self.pools[self.types[i]]
+            pool = self._pool_of[i]
             _enter(pool.buckets, pool.levels, f, i)
             _enter(pool.open, pool.open_levels, f, i)
             pool.free += f
@@ -98,7 +100,7 @@ class Cluster:
 
     def _move(self, i: int, new_free: int, new_owner: str | None) -> None:
         old_free, old_owner = self.free[i], self.owner[i]
-        pool = self.pools[self.types[i]]
+        pool = self._pool_of[i]
         _leave(pool.buckets, pool.levels, old_free, i)
         if old_owner is None:
             _leave(pool.open, pool.open_levels, old_free, i)

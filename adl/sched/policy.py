@@ -105,6 +105,9 @@ class _Job:
     types: tuple[str, ...] = ()
     speeds: dict[str, float] = field(default_factory=dict)
     node_types: Sequence[str] = ()  # the cluster's type of each node (shared, read only)
+    #: its speed where it may use one type only (a uniform cluster: the hot path skips the
+    #: lookup); 0.0 where it may use several
+    one_speed: float = 0.0
 
     @property
     def gpr(self) -> int:
@@ -123,6 +126,8 @@ def _type(job: _Job, placement: Placement) -> str:
 
 def _speed(job: _Job, placement: Placement) -> float:
     """The job's relative speed on a placement's GPU type (1.0 for an empty placement)."""
+    if job.one_speed:
+        return job.one_speed
     for i in placement:
         return job.speeds.get(job.node_types[i], 1.0)
     return 1.0
@@ -351,13 +356,15 @@ class AdlPolicy:
             prev = cluster.from_names(prev_names) if prev_names else None
             speeds = {t: info.speed_on(t) for t in cluster.type_names if info.may_use(t)}
             types = tuple(sorted(speeds, key=lambda t: (-speeds[t], t)))
+            mixed = len(cluster.type_names) > 1
             if prev is not None and (
-                not cluster.one_type(prev) or cluster.type_of(prev) not in speeds
+                not speeds
+                or (mixed and (not cluster.one_type(prev) or cluster.type_of(prev) not in speeds))
             ):
                 # mixed types (placed before types were known) or a type it may no longer
                 # use: not a placement to keep, the job moves
                 prev = None
-            if len(cluster.type_names) == 1:
+            if not mixed:
                 cap = self.replica_cap(info, total, cluster.max_gpus)
             else:  # all of its replicas on the largest type it may use
                 room = max((cluster.type_capacity[t] for t in types), default=0)
@@ -380,6 +387,7 @@ class AdlPolicy:
                     types=types,
                     speeds=speeds,
                     node_types=cluster.types,
+                    one_speed=speeds[types[0]] if len(types) == 1 else 0.0,
                 )
             )
             if self.knobs.speedup_power != 1.0:
