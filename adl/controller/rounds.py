@@ -350,11 +350,26 @@ def plan_round(
         and policy.ranks_by_predicted_remaining(),
         unit=unit,
         node_types={n.name: n.gpu_type for n in nodes},
+        free_by_type=_free_by_type(nodes, allocation, gpus_of),
     )
     holds = _holds(policy, infos, free_nodes, moving_prev, raw, unit)
     return RoundResult(
         allocation, changed, len(infos), decisions=decisions, faults=faults, holds=holds
     )
+
+
+def _free_by_type(
+    nodes: Sequence[NodeInfo], allocation: Mapping[str, list[str]], gpus_of: Mapping[str, int]
+) -> dict[str, int]:
+    """GPUs free on each GPU type after ``allocation`` (a node counts no lower than empty)."""
+    used: dict[str, int] = {}
+    for job, held in allocation.items():
+        for node in held:
+            used[node] = used.get(node, 0) + gpus_of.get(job, 1)
+    out: dict[str, int] = {}
+    for n in nodes:
+        out[n.gpu_type] = out.get(n.gpu_type, 0) + max(n.gpus - used.get(n.name, 0), 0)
+    return out
 
 
 def _holds(

@@ -51,6 +51,11 @@ class Decision:
     speedup_other: float | None = None
     #: its speed on ``gpu_type`` and ``other_type`` was measured (else estimated alike, 1.0)
     types_measured: bool = True
+    #: on a cluster of several types, for a job left waiting: the most GPUs free after the
+    #: round on one type it may use (its replicas never span types), and the types it allows
+    #: (empty: any); None on a uniform cluster
+    free_one_type: int | None = None
+    allowed_types: tuple[str, ...] = ()
 
     def _count(self, n: int) -> str:
         """``1 GPU``, ``3 GPUs`` (``3 slots`` on CPU slots)."""
@@ -78,6 +83,18 @@ class Decision:
             free = self.free_gpus if self.free_after is None else self.free_after
             if not free:
                 return f"waiting: no {self.unit}s free"
+            one = self.free_one_type
+            if one is not None and one < self.min_gpus:
+                if self.allowed_types and not one:
+                    return (
+                        f"waiting: {self._count(free)} free, none of the types it may use"
+                        f" ({', '.join(self.allowed_types)})"
+                    )
+                return (
+                    f"waiting: {self._count(free)} free, at most {one} of one type it may use,"
+                    f" too few for its minimum of {self.min_gpus} (a job's {self.unit}s are all"
+                    " of one type)"
+                )
             if free < self.min_gpus:
                 return (
                     f"waiting: {self._count(free)} free, too few for its minimum of {self.min_gpus}"
@@ -178,6 +195,7 @@ def explain(
     predictions_used: bool = True,
     unit: str = "GPU",
     node_types: Mapping[str, str] | None = None,
+    free_by_type: Mapping[str, int] | None = None,
 ) -> dict[str, Decision]:
     """A ``Decision`` for every job in ``changed`` (its new answer) against ``previous`` (what
     it held). Jobs that gave GPUs back because they finished or were suspended (absent from
@@ -186,7 +204,8 @@ def explain(
     the policy ranked jobs by predicted remaining work (else no decision names a prediction);
     ``unit`` is what the nodes hand out (``GPU``, or ``slot`` for CPU slots); ``node_types``
     the GPU type of each node (on a cluster of several types, a decision names the job's type
-    and its speedup there against the best other type)."""
+    and its speedup there against the best other type); ``free_by_type`` the GPUs each type
+    has free after the round (a waiting job is told when no one type it may use has enough)."""
     types = node_types or {}
     present = sorted(set(types.values()))
     mixed = len(present) > 1
@@ -228,6 +247,12 @@ def explain(
             other_type=other,
             speedup_other=_speedup(info, after, other) if other else None,
             types_measured=measured,
+            free_one_type=max(
+                (n for t, n in (free_by_type or {}).items() if info.may_use(t)), default=0
+            )
+            if mixed and free_by_type is not None
+            else None,
+            allowed_types=tuple(info.gpu_types),
         )
     return out
 

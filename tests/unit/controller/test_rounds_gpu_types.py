@@ -59,3 +59,19 @@ def test_a_job_restricted_to_a_type_is_placed_only_there() -> None:
     job = record("j", spec={"gpuTypes": [T4]}, hints=ON_T4, type_models={A100: ON_A100_MODEL})
     result = plan_round(AdlPolicy(), [job], NODES, NOW)
     assert set(result.allocation["ns/j"]) == {"t0"}
+
+
+def test_a_waiting_job_is_told_when_no_one_type_has_room_for_it() -> None:
+    two_and_two = [NodeInfo("t0", 2, gpu_type=T4), NodeInfo("a0", 2, gpu_type=A100)]
+    wide = record("wide", spec={"minReplicas": 3, "maxReplicas": 3})
+    result = plan_round(AdlPolicy(), [wide], two_and_two, NOW)
+    assert not result.allocation["ns/wide"]
+    assert result.decisions["ns/wide"].message == (
+        "waiting: 4 GPUs free, at most 2 of one type it may use, too few for its minimum of 3"
+        " (a job's GPUs are all of one type)"
+    )
+    elsewhere = record("elsewhere", spec={"gpuTypes": ["NVIDIA-H100-80GB-HBM3"]})
+    result = plan_round(AdlPolicy(), [elsewhere], two_and_two, NOW)
+    assert result.decisions["ns/elsewhere"].message == (
+        "waiting: 4 GPUs free, none of the types it may use (NVIDIA-H100-80GB-HBM3)"
+    )
