@@ -162,6 +162,36 @@ ANNOTATION_ALLOCATION = f"{API_GROUP}/allocation"
 ANNOTATION_TOKEN_HASH = f"{API_GROUP}/token-sha256"
 
 
+# ------------------------------------------------------------------------------- GPU types
+
+#: The node label GPU feature discovery sets to the GPU's product name (``Tesla-T4``,
+#: ``NVIDIA-A100-SXM4-80GB``): a node's GPU type unless the operator is told another label.
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+#: A GPU type is a label value (63 characters of letters, digits, ``-``, ``_``, ``.``, starting
+#: and ending with a letter or digit), so that node labels and worker reports compare as they are.
+MAX_GPU_TYPE_LEN = 63
+GPU_TYPE_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
+#: The most GPU types one job may list (``spec.gpuTypes``).
+MAX_GPU_TYPES = 16
+
+
+def normalize_gpu_type(name: str) -> str:
+    """A device name as GPU feature discovery writes it into a label: runs of spaces (and of
+    anything a label value may not hold) become one ``-``, and the result is cut to a label's
+    63 characters. ``torch.cuda.get_device_name()`` says ``NVIDIA A100-SXM4-80GB`` where the
+    node label says ``NVIDIA-A100-SXM4-80GB``; both normalize to the latter. "" stays "" (no
+    GPU, or unknown)."""
+    out: list[str] = []
+    for ch in name.strip():
+        ok = ch.isascii() and (ch.isalnum() or ch in "._-")
+        if ok:
+            out.append(ch)
+        elif out and out[-1] != "-":
+            out.append("-")
+    text = "".join(out)[:MAX_GPU_TYPE_LEN]
+    return text.strip("._-")
+
+
 # ------------------------------------------------------------------------------- job key
 
 

@@ -21,6 +21,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from adl.contract import GPU_TYPE_PATTERN, MAX_GPU_TYPE_LEN, MAX_GPU_TYPES
+
 
 class _Model(BaseModel):
     # No NaN or infinity anywhere: Kubernetes rejects them in JSON (a 500 for the worker), and
@@ -67,6 +69,10 @@ MAX_EPOCH = 10**7
 
 #: a micro-batch size (samples per replica per forward/backward)
 MicroBatch = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
+
+
+#: A GPU type as node labels write it (``nvidia.com/gpu.product``: ``NVIDIA-A100-SXM4-80GB``).
+GpuType = Annotated[str, Field(min_length=1, max_length=MAX_GPU_TYPE_LEN, pattern=GPU_TYPE_PATTERN)]
 
 
 class PerfParamsModel(_Model):
@@ -154,6 +160,14 @@ class Hints(_Model):
     #: the job on fewer
     min_replicas: int | None = Field(
         default=None, ge=1, le=MAX_REPLICAS, description="fewest replicas the job fits in memory"
+    )
+    #: the GPU type the model above was measured on, as a node label writes it ("" on CPU or
+    #: unknown); the controller keeps the last model of each type (``status.typeModels``)
+    gpu_type: str = Field(
+        default="",
+        max_length=MAX_GPU_TYPE_LEN,
+        pattern=r"^$|" + GPU_TYPE_PATTERN,
+        description="GPU type the throughput model was measured on",
     )
 
     @field_validator("local_bsz_bounds")
@@ -275,6 +289,12 @@ class AdaptiveJobSpec(_Model):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(default=3, ge=0, le=1000, description="failure budget")
     termination_grace_period_seconds: int = Field(default=60, ge=1, le=3600)
+    gpu_types: list[GpuType] = Field(
+        default=[],  # not a factory: the CRD's schema states the default (pydantic copies it)
+        max_length=MAX_GPU_TYPES,
+        description="GPU types the job may run on, as the nodes' type label names them (e.g. "
+        "NVIDIA-A100-SXM4-80GB); empty: any. All of a job's replicas are of one type",
+    )
     job_kind: str | None = Field(
         default=None,
         min_length=1,
@@ -418,6 +438,21 @@ class AdaptiveJobStatus(_Model):
         description="when the job first reported all of its declared work done; the scheduler "
         "leaves its GPUs alone for a while so that it can save and exit",
     )
+    # keys are checked by ``_type_names`` (a CRD object's additionalProperties take no key rule)
+    type_models: dict[str, PerfParamsModel] = Field(
+        default_factory=dict,
+        max_length=MAX_GPU_TYPES,
+        description="the last throughput model the job measured on each GPU type: the "
+        "scheduler compares them to choose the type where it runs faster",
+    )
+
+    @field_validator("type_models")
+    @classmethod
+    def _type_names(cls, v: dict[str, PerfParamsModel]) -> dict[str, PerfParamsModel]:
+        bad = [k for k in v if len(k) > MAX_GPU_TYPE_LEN or not re.fullmatch(GPU_TYPE_PATTERN, k)]
+        if bad:
+            raise ValueError(f"typeModels keys must be GPU types as node labels name them: {bad}")
+        return v
 
     def restart_count(self, cause: RestartCause | None = None) -> int:
         if cause is None:

@@ -6,8 +6,12 @@ feeds back the previous allocation (warm start), ages jobs, and replaces a fract
 speedup functions with freshly fitted ones, as happens when jobs report new hints, so caches are
 only partly warm. Prints a table of p50/p95 latency per (jobs, GPUs); ``--json`` writes it too.
 ``--tiers N`` spreads the jobs over N priorities (each tier is solved on what the ones above left).
+``--gpu-types N`` makes a mixed cluster: nodes of N GPU types in turn, each job a random speed
+on each type (0.5-2x its model) and one in five restricted to one type; every allocation is
+checked to keep each job on one type it allows (1, the default: a uniform cluster as before).
 
-    .venv/bin/python benchmarks/sched_scale.py [--rounds 12] [--tiers 1] [--json out.json]
+    .venv/bin/python benchmarks/sched_scale.py [--rounds 12] [--tiers 1] [--gpu-types 1]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -54,6 +58,20 @@ def random_speedup(rng: np.random.Generator) -> SpeedupFunction:
     return SpeedupFunction(GoodputFunction(perf, grad, bounds))
 
 
+def gpu_type_names(count: int) -> list[str]:
+    """The cluster's GPU types: "" (unknown) for a uniform one."""
+    return [""] if count <= 1 else [f"gpu-type-{t}" for t in range(count)]
+
+
+def typed(rng: np.random.Generator, job: JobInfo, types: list[str]) -> JobInfo:
+    """``job`` with a random speed on each type, and one in five restricted to one type."""
+    if len(types) <= 1:
+        return job
+    speed = {t: float(rng.uniform(0.5, 2.0)) for t in types}
+    only = (str(rng.choice(types)),) if rng.random() < 0.2 else ()
+    return replace(job, type_speed=speed, gpu_types=only)
+
+
 def random_job(rng: np.random.Generator, i: int, tiers: int = 1) -> JobInfo:
     known = rng.random() < 0.8
     return JobInfo(
@@ -73,11 +91,24 @@ def random_job(rng: np.random.Generator, i: int, tiers: int = 1) -> JobInfo:
 
 
 def run_case(
-    num_jobs: int, num_gpus: int, rounds: int, seed: int, refresh: float, tiers: int = 1
+    num_jobs: int,
+    num_gpus: int,
+    rounds: int,
+    seed: int,
+    refresh: float,
+    tiers: int = 1,
+    gpu_types: int = 1,
 ) -> dict[str, float]:
     rng = np.random.default_rng(seed)
-    nodes = [NodeInfo(f"node-{i}", GPUS_PER_NODE) for i in range(num_gpus // GPUS_PER_NODE)]
+    types = gpu_type_names(gpu_types)
+    nodes = [
+        NodeInfo(f"node-{i}", GPUS_PER_NODE, gpu_type=types[i % len(types)])
+        for i in range(num_gpus // GPUS_PER_NODE)
+    ]
     jobs = [random_job(rng, i, tiers) for i in range(num_jobs)]
+    # drawn after the jobs, so that a uniform run draws what it drew before types existed
+    jobs = [typed(rng, job, types) for job in jobs]
+    allowed = {job.name: job.gpu_types for job in jobs}
     policy = AdlPolicy(seed=seed)
     previous: dict[str, list[str]] = {}
     latencies: list[float] = []
@@ -85,7 +116,7 @@ def run_case(
         start = time.perf_counter()
         allocation = policy.optimize(jobs, nodes, previous)
         latencies.append(time.perf_counter() - start)
-        problems = validate_allocation(allocation, nodes)
+        problems = validate_allocation(allocation, nodes, gpu_types=allowed)
         if problems:
             raise AssertionError(f"invalid allocation: {problems[:3]}")
         previous = allocation
@@ -107,6 +138,7 @@ def run_case(
         "jobs": num_jobs,
         "gpus": num_gpus,
         "tiers": tiers,
+        "gpu_types": gpu_types,
         "rounds": rounds,
         "p50_ms": statistics.median(ms),
         "p95_ms": float(np.percentile(ms, 95)),
@@ -123,6 +155,7 @@ def main() -> None:
     parser.add_argument("--refresh", type=float, default=0.1, help="fraction of new hints/round")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tiers", type=int, default=1, help="priorities the jobs are spread over")
+    parser.add_argument("--gpu-types", type=int, default=1, help="GPU types of the cluster")
     parser.add_argument("--json", type=str, default=None)
     args = parser.parse_args()
 
@@ -130,7 +163,15 @@ def main() -> None:
     print(f"{'jobs':>6} {'GPUs':>6} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9} {'alloc':>6}")
     for num_jobs in args.jobs:
         for num_gpus in args.gpus:
-            row = run_case(num_jobs, num_gpus, args.rounds, args.seed, args.refresh, args.tiers)
+            row = run_case(
+                num_jobs,
+                num_gpus,
+                args.rounds,
+                args.seed,
+                args.refresh,
+                args.tiers,
+                args.gpu_types,
+            )
             rows.append(row)
             print(
                 f"{num_jobs:>6} {num_gpus:>6} {row['p50_ms']:>9.1f} {row['p95_ms']:>9.1f}"

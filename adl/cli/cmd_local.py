@@ -123,6 +123,9 @@ def register(app: typer.Typer) -> None:
         try:
             typer.echo(f"api:     {store.get_meta('api_url') or '-'}")
             typer.echo(f"slots:   {store.get_meta('slots') or '-'}")
+            types = store.get_meta("gpu_types")
+            if types:  # GPU slots: each one's type ("unknown" where the driver did not say)
+                typer.echo(f"gpus:    {gpu_type_summary(types.split(','))}")
             flags = saved_settings(where)
             typer.echo(f"up with: {shlex.join(flags) if flags else 'defaults'} (also on demand)")
             counts: dict[str, int] = {}
@@ -140,3 +143,11 @@ def register(app: typer.Typer) -> None:
                 )
         finally:
             store.close()
+
+
+def gpu_type_summary(types: list[str]) -> str:
+    """``2 x NVIDIA-A100-SXM4-80GB, 1 x Tesla-T4`` for the daemon's GPU slots, in slot order."""
+    counts: dict[str, int] = {}
+    for t in types:
+        counts[t or "unknown"] = counts.get(t or "unknown", 0) + 1
+    return ", ".join(f"{n} x {t}" for t, n in counts.items())

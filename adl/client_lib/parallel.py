@@ -181,7 +181,7 @@ class AdaptiveDataParallel(nn.Module):
         # ~1000 steps at B0: long enough to average out the per-step noise of the estimates.
         self.gns = GradientNoiseEstimator(self._groups, device, memory_samples=memory)
         self.progress = Progress()
-        self.profile = Profile()
+        self.profile = Profile(gpu_type=device_gpu_type(device))
         self._scheduler = SchedulerStepper(lr_scheduler)
         self._last_factors: list[float] = [1.0] * self._groups
         self._last_gain = 1.0
@@ -500,6 +500,7 @@ class AdaptiveDataParallel(nn.Module):
             accum_steps=accum,
             restart_cost_s=_restart_cost(ctx),
             min_replicas=self._min_replicas(),
+            gpu_type=self.profile.gpu_type,
         )
 
     def _min_replicas(self) -> int | None:
@@ -581,3 +582,15 @@ class AdaptiveDataParallel(nn.Module):
             ctx.lr_scale_provider = functools.partial(predicted_lr_scale, self)
         elif hasattr(ctx, "goodput_provider"):
             ctx.goodput_provider = self.goodput_fn
+
+
+def device_gpu_type(device: torch.device) -> str:
+    """The GPU type of ``device`` as GPU feature discovery's node label names it
+    (``torch.cuda.get_device_name``: ``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA-A100-SXM4-80GB``);
+    "" for a CPU (or a device whose name cannot be read)."""
+    if device.type != "cuda":
+        return ""
+    try:
+        return C.normalize_gpu_type(torch.cuda.get_device_name(device))
+    except Exception:  # no driver, a device gone: the type is unknown, training goes on
+        return ""

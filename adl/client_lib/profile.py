@@ -4,6 +4,11 @@ A configuration is (nodes, replicas, micro-batch). For each one we keep the mean
 accumulation micro-steps (compute only) and of synchronizing optimizer steps (compute + sync),
 then fit :func:`adl.sched.goodput.fit_perf_params` to them. The first few intervals after a
 configuration change are warm-up and not recorded.
+
+Measurements are per GPU type (``gpu_type``, as node labels name it; "" on CPU): a job that
+the scheduler moves to another type fits its model there from that type's steps only, and
+keeps the other types' measurements in its checkpoint for when it comes back. The scheduler
+keeps the last model of each type (``status.typeModels``) to compare the types.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from adl.contract import MAX_GPU_TYPES
 from adl.sched.goodput import (
     BatchBounds,
     GoodputFunction,
@@ -36,10 +42,19 @@ class _Times:
 class Profile:
     """Step-time bookkeeping plus a cached throughput-model fit."""
 
-    def __init__(self, warmup_intervals: int = 3, clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        warmup_intervals: int = 3,
+        clock: Callable[[], float] = time.perf_counter,
+        gpu_type: str = "",
+    ):
         self.warmup_intervals = warmup_intervals
         self._clock = clock
+        #: the GPU type this process measures (its device's)
+        self.gpu_type = gpu_type
         self._times: dict[Config, _Times] = {}
+        #: other types' measurements, restored from a checkpoint and saved again as they were
+        self._other_types: dict[str, list[list[float]]] = {}
         self._last_t: float | None = None
         self._last_cfg: Config | None = None
         self._last_sync = False
@@ -132,15 +147,26 @@ class Profile:
             "times": [
                 [*cfg, t.accum_sum, t.accum_n, t.step_sum, t.step_n]
                 for cfg, t in self._times.items()
-            ]
+            ],
+            "gpu_type": self.gpu_type,
+            "other_types": {t: list(rows) for t, rows in self._other_types.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the measurements of this process's GPU type; those of other types are kept
+        aside (a checkpoint from before types were recorded counts as this type's)."""
+        saved = str(state.get("gpu_type", self.gpu_type))
+        by_type = {str(t): list(rows) for t, rows in (state.get("other_types") or {}).items()}
+        by_type[saved] = list(state["times"])
+        mine = by_type.pop(self.gpu_type, [])
+        # bounded like status.typeModels: the types measured last (insertion order) stay
+        self._other_types = dict(list(by_type.items())[-MAX_GPU_TYPES:])
         self._times = {}
-        for row in state["times"]:
+        for row in mine:
             nodes, replicas, bsz, a_sum, a_n, s_sum, s_n = row
             self._times[(int(nodes), int(replicas), int(bsz))] = _Times(
                 float(a_sum), int(a_n), float(s_sum), int(s_n)
             )
+        self._fit = None  # not a warm start from another type's model
         self._version += 1
         self.pause()

@@ -120,6 +120,7 @@ def build_hints(
     epoch: int | None = None,
     restart_cost_s: float | None = None,
     min_replicas: int | None = None,
+    gpu_type: str = "",
 ) -> Hints:
     """The wire model from the library's own types (pure). Statistics that are not finite
     (a diverged run: NaN gradients) are left out rather than fail the report, and so is a
@@ -164,6 +165,8 @@ def build_hints(
         # a need beyond the model's bound is reported as the bound: the job still fits nowhere
         # smaller, and a report the API refuses would drop the rest of the hints
         min_replicas=min(int(min_replicas), MAX_REPLICAS) if min_replicas else None,
+        # the type the model was measured on, as a node label writes it
+        gpu_type=C.normalize_gpu_type(gpu_type),
     )
 
 

@@ -18,10 +18,12 @@ import numpy as np
 from adl.controller.history import CompletedWork, job_kind
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.decisions import Decision, Hold, explain
+from adl.sched.gpu_types import one_type_per_job
 from adl.sched.hints import (
     min_replicas_from_hints,
     remaining_seconds,
     speedup_from_hints,
+    type_speed_from_models,
 )
 from adl.sched.types import (
     Allocation,
@@ -171,6 +173,8 @@ def job_info(
         submit_order=order,
         priority=spec.priority,
         nodes=record.nodes,
+        gpu_types=tuple(spec.gpu_types),
+        type_speed=type_speed_from_models(hints, status.type_models),
     )
 
 
@@ -195,7 +199,7 @@ def _without(nodes: Sequence[NodeInfo], held: Sequence[tuple[str, int]]) -> list
     out = []
     for n in nodes:
         free = max(n.gpus - sum(g for h, g in held if h == n.name), 0)
-        out.append(NodeInfo(n.name, free, n.preemptible))
+        out.append(replace(n, gpus=free))
     return out
 
 
@@ -313,6 +317,9 @@ def plan_round(
         moving_prev = {i.name: previous[i.name] for i in infos}
         try:
             raw = policy.optimize(infos, free_nodes, moving_prev) if infos else {}
+            # every policy's answer puts each job on one GPU type it may use (a no-op on a
+            # uniform cluster, and for adl's own policy, which places so by construction)
+            raw = one_type_per_job(raw, infos, free_nodes)
             break
         except Exception:
             blamed = _culprits(policy, infos, free_nodes, moving_prev)
@@ -347,6 +354,8 @@ def plan_round(
         predictions_used=isinstance(policy, RanksByPredictedRemaining)
         and policy.ranks_by_predicted_remaining(),
         unit=unit,
+        node_types={n.name: n.gpu_type for n in nodes},
+        free_by_type=_free_by_type(nodes, allocation, gpus_of),
     )
     holds = _holds(policy, infos, free_nodes, moving_prev, raw, unit)
     return RoundResult(
@@ -362,6 +371,20 @@ def _confined(record: JobRecord, answer: Sequence[str]) -> list[str]:
         return list(answer)
     kept = [n for n in answer if n in record.nodes]
     return kept if len(kept) >= max(record.spec.min_replicas, 1) else []
+
+
+def _free_by_type(
+    nodes: Sequence[NodeInfo], allocation: Mapping[str, list[str]], gpus_of: Mapping[str, int]
+) -> dict[str, int]:
+    """GPUs free on each GPU type after ``allocation`` (a node counts no lower than empty)."""
+    used: dict[str, int] = {}
+    for job, held in allocation.items():
+        for node in held:
+            used[node] = used.get(node, 0) + gpus_of.get(job, 1)
+    out: dict[str, int] = {}
+    for n in nodes:
+        out[n.gpu_type] = out.get(n.gpu_type, 0) + max(n.gpus - used.get(n.name, 0), 0)
+    return out
 
 
 def _holds(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from adl.contract import MAX_GPU_TYPES
 from adl.controller.env import node_slots
 from adl.models import AdaptiveJobStatus, Hints
 from adl.sched.hints import goodput_from_hints
@@ -18,6 +19,23 @@ def show_hints(status: AdaptiveJobStatus, hints: Hints | None) -> None:
     status.batch_size = hints.batch_size
     nodes = len(node_slots(status.allocation)) or 1
     status.goodput = current_goodput(hints, status.replicas, nodes) if status.replicas else None
+    remember_type_model(status, hints)
+
+
+def remember_type_model(status: AdaptiveJobStatus, hints: Hints) -> None:
+    """Keep the report's throughput model as the last one measured on its GPU type
+    (``status.typeModels``), so that the scheduler can compare the types the job has run on
+    after it moved (``adl.sched.hints.type_speed_from_models``). At most ``MAX_GPU_TYPES``
+    types: the one not measured for longest goes first. In place."""
+    if not hints.gpu_type or hints.perf_params is None:
+        return
+    if status.type_models.get(hints.gpu_type) == hints.perf_params:
+        return
+    models = {k: v for k, v in status.type_models.items() if k != hints.gpu_type}
+    models[hints.gpu_type] = hints.perf_params  # last: the most recently measured
+    while len(models) > MAX_GPU_TYPES:
+        models.pop(next(iter(models)))
+    status.type_models = models
 
 
 def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> float | None:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from adl.jobs_api import BackendError, JobView
+from adl.local.gpus import node_gpu_type
 from adl.local.private import make_private_home, open_private_append
 from adl.local.processes import GroupPaths, last_line
 from adl.local.shim import write_atomic
@@ -235,11 +236,12 @@ class LocalBackend:
         if self.autostart:  # first, so that its slots are known
             start_daemon(self.home, slots=self.slots, reuse_settings=True)
         slots = self.store.get_meta("slots")
-        why = cannot_fit(spec, int(slots)) if slots else None
+        types = self.store.get_meta("gpu_types")
+        gpu_type = node_gpu_type(types.split(",") if types else []) if types is not None else None
+        why = cannot_fit(spec, int(slots), gpu_type) if slots else None
         if why is not None:
-            raise BackendError(
-                f"job {namespace}/{name} {why}: lower minReplicas or give the daemon more slots"
-            )
+            fix = "drop spec.gpuTypes" if "GPU types" in why else "lower minReplicas"
+            raise BackendError(f"job {namespace}/{name} {why}: {fix} or give the daemon more slots")
         try:
             rec = self.store.add_job(namespace, name, spec)
         except JobExists as err:
@@ -332,10 +334,16 @@ class LocalBackend:
         return "the local daemon is not running, so phases may be stale (start it: adl local up)"
 
 
-def cannot_fit(spec: AdaptiveJobSpec, slots: int) -> str | None:
+def cannot_fit(spec: AdaptiveJobSpec, slots: int, gpu_type: str | None = None) -> str | None:
     """Why the job can never start on a daemon with ``slots`` slots, None when it can: its
     smallest group takes minReplicas (at least one) replicas of gpusPerReplica (at least one)
-    slots each, as the scheduler counts them."""
+    slots each, as the scheduler counts them; and a job that lists GPU types needs the
+    daemon's (``gpu_type``: "" for CPU slots or unknown GPUs; None: not known yet)."""
+    if gpu_type is not None and spec.gpu_types and gpu_type not in spec.gpu_types:
+        have = f"GPUs of type {gpu_type}" if gpu_type else "no GPUs of a known type"
+        return (
+            f"may run only on GPU types {', '.join(spec.gpu_types)} but the local daemon has {have}"
+        )
     per_replica = max(spec.gpus_per_replica, 1)
     need = max(spec.min_replicas, 1) * per_replica
     if need <= slots:

@@ -38,7 +38,7 @@ from adl.controller.rounds import JobRecord as RoundJob
 from adl.controller.rounds import RoundResult
 from adl.local.api_server import LocalApi
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
-from adl.local.gpus import detect_gpus, visible_gpus
+from adl.local.gpus import detect_gpu_types, detect_gpus, node_gpu_type, visible_gpus
 from adl.local.groups import WorkerGroups
 from adl.local.private import create_private, make_private_home, private_umask, write_private
 from adl.local.store import JobRecord, StateUnreadable, Store, default_home
@@ -65,6 +65,8 @@ class Settings:
     timing: Timing = field(default_factory=Timing)
     kill_margin_s: float = 5.0  # SIGKILL the group this long after its grace period
     prewarm: bool = True  # CPU slots: keep the next group's shim ready (torch imported)
+    #: the type of each GPU slot (``adl.local.gpus.detect_gpu_types``); none for CPU slots
+    gpu_types: tuple[str, ...] = ()
 
 
 class DaemonRunning(RuntimeError):
@@ -87,6 +89,8 @@ class Daemon:
         self.home = settings.home
         self.store = Store(self.home / DB_NAME)
         self.capacity = settings.gpus or settings.slots
+        #: the GPU type of the one local node ("" for CPU slots, unknown or mixed GPUs)
+        self.gpu_type = node_gpu_type(list(settings.gpu_types)) if settings.gpus else ""
         self.jobs: dict[str, JobRecord] = {}
         #: the ranks' heartbeats, written by the API thread (hung-rank detection)
         self.progress = ProgressBook()
@@ -146,6 +150,7 @@ class Daemon:
                 self.start_api()
             self.store.set_meta("api_url", self.api_url)
             self.store.set_meta("slots", str(self.capacity))
+            self.store.set_meta("gpu_types", ",".join(self.s.gpu_types) if self.s.gpus else "")
             self.store.set_meta("daemon_pid", str(os.getpid()))
             log.info(
                 "adl daemon serving %s with %d slots, api %s",
@@ -234,7 +239,7 @@ class Daemon:
         return [_round_job(r) for r in self.jobs.values() if not r.deleted]
 
     def round_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(NODE, self.capacity)]
+        return [NodeInfo(NODE, self.capacity, gpu_type=self.gpu_type)]
 
     def set_desired(self, changed: Mapping[str, list[str]]) -> None:
         self.store.set_desired(dict(changed))
@@ -329,11 +334,12 @@ class Daemon:
     def _tell_if_unfit(self, rec: JobRecord) -> None:
         """Say once why a pending job can never start here (it was submitted to a daemon with
         more slots); the scheduler alone would leave it waiting in silence."""
-        why = cannot_fit(rec.spec, self.capacity)
+        why = cannot_fit(rec.spec, self.capacity, self.gpu_type)
         if why is not None:
             self._told_unfit.add(rec.key)
+            later = "here" if rec.spec.gpu_types and "GPU types" in why else "until it has more"
             self.store.add_event(
-                rec.key, "Warning", "Unschedulable", f"{why}: it cannot start until it has more"
+                rec.key, "Warning", "Unschedulable", f"{why}: it cannot start {later}"
             )
 
     def schedule(self, now: datetime) -> None:
@@ -403,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         tick_s=args.tick_s,
         timing=timing,
         prewarm=not args.no_prewarm,
+        gpu_types=tuple(detect_gpu_types(gpus)) if gpus and args.slots is None else (),
     )
     # the state directory, for whatever the daemon starts (and a policy of one's own) to find
     os.environ["ADL_HOME"] = str(home)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
+
+from adl.contract import normalize_gpu_type
 
 
 def visible_gpus() -> list[str] | None:
@@ -23,16 +27,69 @@ def gpu_ids(count: int) -> list[str]:
     return visible[:count] if visible is not None else [str(i) for i in range(count)]
 
 
+def _nvidia_smi_list() -> str | None:
+    """``nvidia-smi -L``: one ``GPU i: NAME (UUID: GPU-...)`` line per GPU (None: no tool)."""
+    nvsmi = shutil.which("nvidia-smi")
+    if nvsmi is None:
+        return None
+    try:
+        return subprocess.run([nvsmi, "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def detect_gpus() -> int:
     """NVIDIA GPUs visible on this machine."""
     visible = visible_gpus()
     if visible is not None:
         return len(visible)
-    nvsmi = shutil.which("nvidia-smi")
-    if nvsmi is None:
-        return 0
-    try:
-        out = subprocess.run([nvsmi, "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
+    out = _nvidia_smi_list()
+    if out is None:
         return 0
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+_GPU_LINE = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]+)\)")
+
+
+def gpu_types_from_list(listing: str, slots: list[str]) -> list[str]:
+    """The type of each slot (an index or a UUID, as ``CUDA_VISIBLE_DEVICES`` names it) from an
+    ``nvidia-smi -L`` listing, written as a node label writes it; "" where not listed (a MIG
+    instance, a GPU gone)."""
+    names: dict[str, str] = {}
+    for line in listing.splitlines():
+        m = _GPU_LINE.match(line.strip())
+        if m:
+            index, name, uuid = m.groups()
+            names[index] = names[uuid] = normalize_gpu_type(name)
+    return [names.get(slot, "") for slot in slots]
+
+
+def detect_gpu_types(count: int) -> list[str]:
+    """The type of each of the daemon's ``count`` GPU slots (``NVIDIA-A100-SXM4-80GB``; "" where
+    unknown). From ``nvidia-smi -L``, which names GPUs as ``torch.cuda.get_device_name`` does
+    (both ask the driver) without importing torch, which would cost the daemon seconds at
+    every start; from torch only where nvidia-smi is missing and torch with CUDA is installed."""
+    if count <= 0:
+        return []
+    listing = _nvidia_smi_list()
+    if listing is not None:
+        return gpu_types_from_list(listing, gpu_ids(count))
+    if importlib.util.find_spec("torch") is None:
+        return [""] * count
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return [""] * count
+        found = [normalize_gpu_type(torch.cuda.get_device_name(i)) for i in range(count)]
+    except Exception:  # a broken driver: the types are unknown, the GPUs still usable
+        return [""] * count
+    return (found + [""] * count)[:count]
+
+
+def node_gpu_type(types: list[str]) -> str:
+    """The type of the local node: its GPUs' one type, else "" (none, unknown, or several:
+    the daemon treats its GPUs as one node, which would give a job mixed types)."""
+    distinct = set(types)
+    return types[0] if len(distinct) == 1 else ""

@@ -24,7 +24,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from adl.api.auth import token_digest
-from adl.contract import JobKey
+from adl.contract import LABEL_GPU_PRODUCT, JobKey
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.lifecycle import ObservedWorkers, Timing
 from adl.controller.liveness import ProgressBook
@@ -65,6 +65,8 @@ class OperatorConfig:
     api_url: str = "http://adl.adl-system.svc:8080"
     round_interval_s: float = 30.0
     gpu_resource: str = P.GPU_RESOURCE
+    #: the node label that names a node's GPU type (``--gpu-type-label``)
+    gpu_type_label: str = LABEL_GPU_PRODUCT
     node_selector: Mapping[str, str] = field(default_factory=dict)
     namespaces: Sequence[str] = ()  # empty: all namespaces
     policy_factory: Callable[[], Policy] = field(default_factory=registry.policy_factory)
@@ -506,6 +508,7 @@ class KubeBackend:
             resource=self.config.gpu_resource,
             selector=self.config.node_selector,
             tolerations=tolerations or [],
+            gpu_type_label=self.config.gpu_type_label,
         )
 
     def set_desired(self, changed: Mapping[str, list[str]]) -> None:

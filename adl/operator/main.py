@@ -11,16 +11,25 @@ import argparse
 import asyncio
 import importlib
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from adl.contract import LABEL_GPU_PRODUCT
 
 if TYPE_CHECKING:
     from adl.operator.tenancy import Ceilings
     from adl.sched.types import Policy
 
 log = logging.getLogger("adl.operator")
+
+#: a Kubernetes label key: an optional DNS-subdomain prefix and ``/``, then a name of 63
+#: characters at most (the chart's values schema checks ``scheduler.gpuTypeLabel`` alike)
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 
 #: The API service: (port, namespaces, stop, started, metrics, *, metrics_port, docs) ->
 #: coroutine serving it until ``stop`` is set, setting ``started`` once it listens
@@ -35,6 +44,8 @@ class Options:
     api_url: str = "http://adl.adl-system.svc:8080"
     round_interval: float = 30.0
     gpu_resource: str = "nvidia.com/gpu"
+    #: the node label naming each node's GPU type (GPU feature discovery's by default)
+    gpu_type_label: str = LABEL_GPU_PRODUCT
     namespaces: list[str] = field(default_factory=list)
     all_namespaces: bool = False
     peering: str | None = None
@@ -71,6 +82,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     p.add_argument("--api-url", default=Options.api_url, help="URL workers use for the API")
     p.add_argument("--round-interval", type=float, default=30.0, help="seconds between rounds")
     p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    p.add_argument(
+        "--gpu-type-label",
+        default=LABEL_GPU_PRODUCT,
+        metavar="KEY",
+        help="the node label that names a node's GPU type (default: GPU feature discovery's "
+        f"{LABEL_GPU_PRODUCT}; e.g. node.kubernetes.io/instance-type on clusters without it)",
+    )
     p.add_argument(
         "--kueue",
         action="store_true",
@@ -144,6 +162,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         p.error("--metrics-port must differ from --port and --health-port")
     if a.round_interval <= 0:
         p.error("--round-interval must be positive")
+    if not re.fullmatch(LABEL_KEY_PATTERN, a.gpu_type_label):
+        p.error(
+            f"--gpu-type-label must be a label key like {LABEL_GPU_PRODUCT},"
+            f" got {a.gpu_type_label!r}"
+        )
     if a.node_lost_after <= 0:
         p.error("--node-lost-after must be positive")
     from adl.sched.policy_knobs import parse_knobs
@@ -158,6 +181,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         api_url=a.api_url,
         round_interval=a.round_interval,
         gpu_resource=a.gpu_resource,
+        gpu_type_label=a.gpu_type_label,
         namespaces=a.namespaces or [],
         all_namespaces=a.all_namespaces,
         peering=a.peering,
@@ -218,6 +242,7 @@ async def run(opts: Options) -> None:
         api_url=opts.api_url,
         round_interval_s=opts.round_interval,
         gpu_resource=opts.gpu_resource,
+        gpu_type_label=opts.gpu_type_label,
         node_selector=dict(opts.node_selector),
         namespaces=tuple(opts.namespaces),
         policy_factory=policy_factory(opts.policy_knobs),

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from adl.contract import SPOT_NODE_LABELS, JobKey
+from adl.contract import LABEL_GPU_PRODUCT, SPOT_NODE_LABELS, JobKey, normalize_gpu_type
 from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
@@ -63,12 +63,16 @@ def nodes_from_objects(
     resource: str = GPU_RESOURCE,
     selector: Mapping[str, str] | None = None,
     tolerations: Sequence[Sequence[Toleration]] = (),
+    gpu_type_label: str = LABEL_GPU_PRODUCT,
 ) -> list[NodeInfo]:
     """Schedulable nodes with their free GPUs: allocatable minus non-adl requests; cordoned,
     not-ready and unselected nodes are left out, and so is a node with a NoSchedule/NoExecute
     taint that no job of the round tolerates (``tolerations``: each job's pods'). A job that
     does not tolerate every node given is confined to those it does (:func:`confinements`):
-    never a pod where it is not tolerated."""
+    never a pod where it is not tolerated.
+    A node's GPU type is its ``gpu_type_label`` (GPU feature discovery's product label unless
+    the operator is told another, e.g. an instance-type label), written as a label value; a
+    node without the label has type "" (unknown)."""
     used = gpus_used_by_others(pods, resource)
     out: list[NodeInfo] = []
     for node in nodes:
@@ -85,7 +89,10 @@ def nodes_from_objects(
         free = allocatable - used.get(meta["name"], 0)
         if free > 0:
             preemptible = any(labels.get(k) == v for k, v in SPOT_NODE_LABELS)
-            out.append(NodeInfo(name=meta["name"], gpus=free, preemptible=preemptible))
+            gpu_type = normalize_gpu_type(str(labels.get(gpu_type_label) or ""))
+            out.append(
+                NodeInfo(name=meta["name"], gpus=free, preemptible=preemptible, gpu_type=gpu_type)
+            )
     return sorted(out, key=lambda n: n.name)
 
 

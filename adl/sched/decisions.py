@@ -43,6 +43,19 @@ class Decision:
     min_gpus: int = 1
     #: what the cluster hands out: ``GPU``, or ``slot`` on the local backend's CPU slots
     unit: str = "GPU"
+    #: on a cluster of several GPU types: the type it holds after the round ("" on a uniform
+    #: cluster), and the best other type it may use with its speedup there at the same size
+    #: (why this type: ``speedup 3.10 there vs 1.90 on Tesla-T4``)
+    gpu_type: str = ""
+    other_type: str = ""
+    speedup_other: float | None = None
+    #: its speed on ``gpu_type`` and ``other_type`` was measured (else estimated alike, 1.0)
+    types_measured: bool = True
+    #: on a cluster of several types, for a job left waiting: the most GPUs free after the
+    #: round on one type it may use (its replicas never span types), and the types it allows
+    #: (empty: any); None on a uniform cluster
+    free_one_type: int | None = None
+    allowed_types: tuple[str, ...] = ()
 
     def _count(self, n: int) -> str:
         """``1 GPU``, ``3 GPUs`` (``3 slots`` on CPU slots)."""
@@ -70,6 +83,18 @@ class Decision:
             free = self.free_gpus if self.free_after is None else self.free_after
             if not free:
                 return f"waiting: no {self.unit}s free"
+            one = self.free_one_type
+            if one is not None and one < self.min_gpus:
+                if self.allowed_types and not one:
+                    return (
+                        f"waiting: {self._count(free)} free, none of the types it may use"
+                        f" ({', '.join(self.allowed_types)})"
+                    )
+                return (
+                    f"waiting: {self._count(free)} free, at most {one} of one type it may use,"
+                    f" too few for its minimum of {self.min_gpus} (a job's {self.unit}s are all"
+                    " of one type)"
+                )
             if free < self.min_gpus:
                 return (
                     f"waiting: {self._count(free)} free, too few for its minimum of {self.min_gpus}"
@@ -82,8 +107,17 @@ class Decision:
                 sizes += f" on {len(set(self.after))} nodes"
         elif kind == "moved":
             sizes = f"moved {a} replicas to other nodes"
+        if self.gpu_type and kind != "stopped":
+            where = f"{b} x {self.gpu_type}"
+            sizes = f"moved to {where}" if kind == "moved" else f"{sizes} ({where})"
         parts = [sizes]
-        if kind != "stopped" and self.speedup_after is not None:
+        if kind != "stopped" and self.speedup_after is not None and self.other_type:
+            other = self.speedup_other if self.speedup_other is not None else float("nan")
+            parts.append(
+                f"speedup {self.speedup_after:.2f} there vs {other:.2f} on {self.other_type}"
+                + ("" if self.types_measured else " (not measured on both: estimated alike)")
+            )
+        elif kind != "stopped" and self.speedup_after is not None:
             if self.speedup_before is not None and kind != "moved":
                 parts.append(f"speedup {self.speedup_before:.2f} -> {self.speedup_after:.2f}")
             else:
@@ -108,14 +142,37 @@ class Decision:
         return head + (": " + ", ".join(rest) if rest else "")
 
 
-def _speedup(info: JobInfo | None, nodes: Sequence[str]) -> float | None:
+def _speedup(
+    info: JobInfo | None, nodes: Sequence[str], gpu_type: str | None = None
+) -> float | None:
+    """The job's speedup on ``nodes``, on GPUs of ``gpu_type`` (None: its measured model's)."""
     if info is None or not nodes:
         return None
     try:
         value = float(info.speedup(len(set(nodes)), len(nodes)))
     except Exception:  # the explanation of an answer must never cost the answer itself
         return None
+    if gpu_type is not None:
+        value *= info.speed_on(gpu_type)
     return value if value == value else None  # NaN: no figure rather than a wrong one
+
+
+def _one_type(nodes: Sequence[str], types: Mapping[str, str]) -> str | None:
+    """The GPU type of ``nodes`` (None: no nodes, or several types)."""
+    seen = {types.get(n, "") for n in nodes}
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _other_type(
+    info: JobInfo, before: str | None, after: str | None, present: Sequence[str]
+) -> str:
+    """The type to compare ``after`` with: the one it left, else the best other it may use."""
+    if not after:
+        return ""
+    if before and before != after:
+        return before
+    others = [t for t in present if t != after and t and info.may_use(t)]
+    return min(others, key=lambda t: (-info.speed_on(t), t), default="")
 
 
 def _predicted_from(info: JobInfo) -> int:
@@ -137,13 +194,21 @@ def explain(
     free_after: int | None = None,
     predictions_used: bool = True,
     unit: str = "GPU",
+    node_types: Mapping[str, str] | None = None,
+    free_by_type: Mapping[str, int] | None = None,
 ) -> dict[str, Decision]:
     """A ``Decision`` for every job in ``changed`` (its new answer) against ``previous`` (what
     it held). Jobs that gave GPUs back because they finished or were suspended (absent from
     ``infos``) are left out: their own phase says why. ``free_gpus`` are the GPUs free before
     the round, ``free_after`` those left free by its answer; ``predictions_used`` says whether
     the policy ranked jobs by predicted remaining work (else no decision names a prediction);
-    ``unit`` is what the nodes hand out (``GPU``, or ``slot`` for CPU slots)."""
+    ``unit`` is what the nodes hand out (``GPU``, or ``slot`` for CPU slots); ``node_types``
+    the GPU type of each node (on a cluster of several types, a decision names the job's type
+    and its speedup there against the best other type); ``free_by_type`` the GPUs each type
+    has free after the round (a waiting job is told when no one type it may use has enough)."""
+    types = node_types or {}
+    present = sorted(set(types.values()))
+    mixed = len(present) > 1
     grew = [k for k, v in changed.items() if len(v) > len(previous.get(k, []))]
     shrank = [k for k, v in changed.items() if len(v) < len(previous.get(k, []))]
     out: dict[str, Decision] = {}
@@ -156,12 +221,15 @@ def explain(
             continue  # the same placement, only recorded now (e.g. the first round it sees)
         bigger = len(after) > len(before)
         smaller = len(after) < len(before)
+        t_before, t_after = _one_type(before, types), _one_type(after, types)
+        other = _other_type(info, t_before, t_after, present) if mixed else ""
+        measured = all(t in info.type_speed for t in (t_after, other) if t)
         out[key] = Decision(
             job=key,
             before=tuple(before),
             after=tuple(after),
-            speedup_before=_speedup(info, before),
-            speedup_after=_speedup(info, after),
+            speedup_before=_speedup(info, before, t_before),
+            speedup_after=_speedup(info, after, t_after),
             free_gpus=free_gpus,
             priority=info.priority,
             reported=reported.get(key, True),
@@ -175,6 +243,16 @@ def explain(
             free_after=free_after,
             min_gpus=max(info.min_replicas, 1) * max(info.gpus_per_replica, 1),
             unit=unit,
+            gpu_type=(t_after or "") if mixed else "",
+            other_type=other,
+            speedup_other=_speedup(info, after, other) if other else None,
+            types_measured=measured,
+            free_one_type=max(
+                (n for t, n in (free_by_type or {}).items() if info.may_use(t)), default=0
+            )
+            if mixed and free_by_type is not None
+            else None,
+            allowed_types=tuple(info.gpu_types),
         )
     return out
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from adl.models import Hints
+from collections.abc import Mapping
+
+from adl.models import Hints, PerfParamsModel
 from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams, PerfParams
 from adl.sched.speedup import SpeedupFunction
 from adl.sched.types import SpeedupFn, linear_speedup
@@ -81,3 +83,37 @@ def min_replicas_from_hints(declared: int, hints: Hints | None) -> int:
     Running it on fewer would only fail with out-of-memory at its first step."""
     need = hints.min_replicas if hints is not None and hints.min_replicas else 0
     return max(int(declared), int(need))
+
+
+#: bounds of a per-type speed ratio: a model fitted on a few steps must not make one type look
+#: a hundred times faster than another
+MIN_TYPE_SPEED, MAX_TYPE_SPEED = 0.01, 100.0
+
+
+def type_speed_from_models(
+    hints: Hints | None, type_models: Mapping[str, PerfParamsModel]
+) -> dict[str, float]:
+    """The job's speed on each GPU type it has measured, relative to the type its current
+    model (``hints``) was measured on: the ratio of that model's time for one replica's
+    micro-batch to each type's, at the same micro-batch (the job's current one, else its
+    initial batch). Compute is what the type changes; sync is compared by the placement, not
+    here. The current type is 1.0; types it never measured are absent (the policy counts them
+    as 1.0, an estimate); with no current type or model, nothing is known."""
+    if hints is None or hints.perf_params is None or not hints.gpu_type:
+        return {}
+    batch = hints.local_bsz or hints.init_batch_size
+    if hints.local_bsz_bounds is not None:
+        lo, hi = hints.local_bsz_bounds
+        batch = min(max(batch, lo), hi)
+
+    def step_s(perf: PerfParamsModel) -> float:
+        return perf.alpha_c + perf.beta_c * batch
+
+    here = step_s(hints.perf_params)
+    out = {hints.gpu_type: 1.0}  # the current type is the model itself
+    for gpu_type, perf in type_models.items():
+        if gpu_type == hints.gpu_type:
+            continue
+        ratio = here / max(step_s(perf), 1e-12)
+        out[gpu_type] = min(max(ratio, MIN_TYPE_SPEED), MAX_TYPE_SPEED)
+    return out

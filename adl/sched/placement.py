@@ -8,18 +8,19 @@ Rules it enforces, so every allocation the policy builds is valid by constructio
   large holes stay free for large jobs);
 - a job that needs several nodes takes the emptiest nodes first (fewest nodes), and never a node
   that already hosts another multi-node job (two distributed jobs on one node would contend for
-  its network link and PCIe lanes).
+  its network link and PCIe lanes);
+- a job's replicas are on nodes of one GPU type (the slowest GPU would pace every step).
 
-Nodes are kept in buckets by free GPUs, with a sorted list of the buckets that hold a node, so a
-placement costs O(distinct free counts + nodes used), not O(cluster size), and not O(GPUs per
-node) either: the local daemon's one node of 2048 slots has 2049 buckets, at most one of them
-filled.
+Nodes are kept per GPU type in buckets by free GPUs, with a sorted list of the buckets that hold
+a node, so a placement costs O(distinct free counts + nodes used), not O(cluster size), and not
+O(GPUs per node) either: the local daemon's one node of 2048 slots has 2049 buckets, at most one
+of them filled.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from adl.sched.types import NodeInfo
 
@@ -27,8 +28,30 @@ from adl.sched.types import NodeInfo
 Placement = dict[int, int]
 
 
+class _Pool:
+    """The nodes of one GPU type, in buckets by free GPUs: ``buckets[f]`` holds the nodes with
+    ``f`` free GPUs, ``open[f]`` those not owned by a multi-node job (dicts are
+    insertion-ordered sets, which keeps every choice deterministic); ``levels`` and
+    ``open_levels`` are the free counts whose bucket holds a node, ascending (the scans skip
+    empty buckets)."""
+
+    __slots__ = ("buckets", "free", "levels", "max_gpus", "open", "open_levels")
+
+    def __init__(self, max_gpus: int) -> None:
+        self.max_gpus = max_gpus
+        self.buckets: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
+        self.open: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
+        self.levels: list[int] = []
+        self.open_levels: list[int] = []
+        self.free = 0  # free GPUs on the pool's nodes
+
+
 class Cluster:
-    """Free GPUs per node plus the multi-node job (if any) that owns each node's network."""
+    """Free GPUs per node plus the multi-node job (if any) that owns each node's network.
+
+    Nodes are grouped by GPU type (``NodeInfo.gpu_type``): :meth:`place` puts a job on nodes
+    of one type only, since its slowest GPU would pace every step. A uniform cluster is one
+    pool, and costs what it did before types existed."""
 
     def __init__(self, nodes: Sequence[NodeInfo]) -> None:
         self.names = [node.name for node in nodes]
@@ -37,32 +60,55 @@ class Cluster:
         self.max_gpus = max(self.capacity, default=0)
         self.free = list(self.capacity)
         self.owner: list[str | None] = [None] * len(nodes)
-        # buckets[f]: nodes with f free GPUs; open_buckets[f]: those not owned by a multi-node job.
-        # dicts are insertion-ordered sets, which keeps every choice deterministic.
-        self._buckets: list[dict[int, None]] = [{} for _ in range(self.max_gpus + 1)]
-        self._open: list[dict[int, None]] = [{} for _ in range(self.max_gpus + 1)]
+        #: each node's GPU type, and the types present (sorted: deterministic)
+        self.types = [node.gpu_type for node in nodes]
+        self.type_names: tuple[str, ...] = tuple(sorted(set(self.types)))
+        self.type_max = {t: 0 for t in self.type_names}  # largest node of each type
+        self.type_capacity = {t: 0 for t in self.type_names}  # GPUs of each type
+        for t, cap in zip(self.types, self.capacity, strict=True):
+            self.type_max[t] = max(self.type_max[t], cap)
+            self.type_capacity[t] += cap
+        self.pools = {t: _Pool(self.type_max[t]) for t in self.type_names}
+        # each node's pool, by index: the hot path (``_move``) reads it without a dict lookup
+        self._pool_of = [self.pools[t] for t in self.types]
         for i, f in enumerate(self.free):
-            self._buckets[f][i] = None
-            self._open[f][i] = None
-        # the free counts whose bucket holds a node, ascending (the scans skip empty buckets)
-        self._levels = sorted(set(self.free))
-        self._open_levels = list(self._levels)
+            pool = self._pool_of[i]
+            _enter(pool.buckets, pool.levels, f, i)
+            _enter(pool.open, pool.open_levels, f, i)
+            pool.free += f
 
     @property
     def total_free(self) -> int:
-        return sum(self.free)
+        return sum(pool.free for pool in self.pools.values())
+
+    def free_of(self, gpu_type: str) -> int:
+        """Free GPUs on the nodes of ``gpu_type`` (0 for a type the cluster lacks)."""
+        pool = self.pools.get(gpu_type)
+        return pool.free if pool is not None else 0
+
+    def type_of(self, placement: Placement) -> str | None:
+        """The GPU type of a placement's nodes (its first node's; None for an empty one)."""
+        for i in placement:
+            return self.types[i]
+        return None
+
+    def one_type(self, placement: Placement) -> bool:
+        """Whether all of a placement's nodes are of one GPU type."""
+        return len({self.types[i] for i in placement}) <= 1
 
     # ---------------------------------------------------------------- low-level updates
 
     def _move(self, i: int, new_free: int, new_owner: str | None) -> None:
         old_free, old_owner = self.free[i], self.owner[i]
-        _leave(self._buckets, self._levels, old_free, i)
+        pool = self._pool_of[i]
+        _leave(pool.buckets, pool.levels, old_free, i)
         if old_owner is None:
-            _leave(self._open, self._open_levels, old_free, i)
+            _leave(pool.open, pool.open_levels, old_free, i)
         self.free[i], self.owner[i] = new_free, new_owner
-        _enter(self._buckets, self._levels, new_free, i)
+        pool.free += new_free - old_free
+        _enter(pool.buckets, pool.levels, new_free, i)
         if new_owner is None:
-            _enter(self._open, self._open_levels, new_free, i)
+            _enter(pool.open, pool.open_levels, new_free, i)
 
     def take(self, job: str, placement: Placement, gpus_per_replica: int = 1) -> None:
         """Commit a placement (must be feasible; see :meth:`fits`)."""
@@ -95,9 +141,12 @@ class Cluster:
         replicas: int,
         gpus_per_replica: int = 1,
         prefer: Sequence[int] = (),
+        gpu_type: str | None = None,
         allowed: frozenset[int] | None = None,
     ) -> Placement | None:
-        """Where ``replicas`` replicas would go now (fewest nodes), or None if they do not fit.
+        """Where ``replicas`` replicas would go now (fewest nodes), all on nodes of one GPU type
+        (``gpu_type``; None: whichever type needs the fewest nodes, the first type on ties),
+        or None if they do not fit.
 
         Among placements with the fewest nodes, the ``prefer`` nodes (where the job runs or ran)
         win, so a job that keeps or regains its size lands where it was and need not move.
@@ -105,30 +154,49 @@ class Cluster:
         """
         if replicas <= 0:
             return {}
+        if gpu_type is None:
+            best: Placement | None = None
+            for t in self.type_names:
+                got = self.place(replicas, gpus_per_replica, prefer, t, allowed)
+                if got is not None and (best is None or len(got) < len(best)):
+                    best = got
+            return best
+        pool = self.pools.get(gpu_type)
+        if pool is None:
+            return None
         if allowed is not None:
-            return self._place_within(replicas, gpus_per_replica, prefer, allowed)
+            return self._place_within(replicas, gpus_per_replica, prefer, allowed, gpu_type)
         need = replicas * gpus_per_replica
-        if need <= self.max_gpus:
+        if need > pool.free:
+            return None
+        types = self.types
+        if need <= pool.max_gpus:
             for i in prefer:
-                if self.free[i] >= need:
+                if types[i] == gpu_type and self.free[i] >= need:
                     return {i: replicas}
-            at = bisect_left(self._levels, need)  # best fit: the fewest free GPUs that fit
-            if at < len(self._levels):
-                return {next(iter(self._buckets[self._levels[at]])): replicas}
-        best = self._spread(replicas, gpus_per_replica, ())
-        if best is not None and prefer:
-            mine = self._spread(replicas, gpus_per_replica, prefer)
-            if mine is not None and len(mine) <= len(best):
+            at = bisect_left(pool.levels, need)  # best fit: the fewest free GPUs that fit
+            if at < len(pool.levels):
+                return {next(iter(pool.buckets[pool.levels[at]])): replicas}
+        spread = self._spread(replicas, gpus_per_replica, (), pool, gpu_type)
+        if spread is not None and prefer:
+            mine = self._spread(replicas, gpus_per_replica, prefer, pool, gpu_type)
+            if mine is not None and len(mine) <= len(spread):
                 return mine
-        return best
+        return spread
 
     def _place_within(
-        self, replicas: int, gpus_per_replica: int, prefer: Sequence[int], allowed: frozenset[int]
+        self,
+        replicas: int,
+        gpus_per_replica: int,
+        prefer: Sequence[int],
+        allowed: frozenset[int],
+        gpu_type: str,
     ) -> Placement | None:
-        """:meth:`place`'s rules over the ``allowed`` nodes only: a preferred node that fits,
-        else the best fit, else the preferred then the emptiest open nodes. A scan of the
-        allowed nodes rather than the buckets (which hold every node): jobs confined to a pool
-        are few, and their pools small next to the cluster."""
+        """:meth:`place`'s rules over the ``allowed`` nodes of ``gpu_type`` only: a preferred
+        node that fits, else the best fit, else the preferred then the emptiest open nodes. A
+        scan of the allowed nodes rather than the buckets (which hold every node): jobs
+        confined to a pool are few, and their pools small next to the cluster."""
+        allowed = frozenset(i for i in allowed if self.types[i] == gpu_type)
         need = replicas * gpus_per_replica
         mine = [i for i in dict.fromkeys(prefer) if i in allowed]
         for i in mine:
@@ -151,23 +219,31 @@ class Cluster:
         return None
 
     def _spread(
-        self, replicas: int, gpus_per_replica: int, prefer: Sequence[int]
+        self,
+        replicas: int,
+        gpus_per_replica: int,
+        prefer: Sequence[int],
+        pool: _Pool,
+        gpu_type: str,
     ) -> Placement | None:
-        """Multi-node placement: preferred open nodes first, then the emptiest open nodes."""
+        """Multi-node placement on one type's nodes: preferred open nodes first, then the
+        emptiest open nodes."""
         placement: Placement = {}
         left = replicas
         for i in prefer:
+            if self.types[i] != gpu_type:
+                continue
             per_node = self.free[i] // gpus_per_replica
             if self.owner[i] is None and per_node > 0 and i not in placement:
                 placement[i] = min(per_node, left)
                 left -= placement[i]
                 if left == 0:
                     return placement
-        for f in reversed(self._open_levels):
+        for f in reversed(pool.open_levels):
             per_node = f // gpus_per_replica
             if per_node == 0:
                 break
-            for i in self._open[f]:
+            for i in pool.open[f]:
                 if i in placement:
                     continue
                 take = min(per_node, left)
@@ -210,10 +286,16 @@ def validate_allocation(
     allocation: Mapping[str, Sequence[str]],
     nodes: Sequence[NodeInfo],
     gpus_per_replica: Mapping[str, int] | None = None,
+    gpu_types: Mapping[str, Collection[str]] | None = None,
 ) -> list[str]:
-    """Human-readable violations of the placement rules (empty when the allocation is valid)."""
+    """Human-readable violations of the placement rules (empty when the allocation is valid):
+    unknown nodes, nodes over their GPUs, a node shared by two distributed jobs, a job on
+    nodes of several GPU types, a job on a type it may not use (``gpu_types``: job -> the
+    types it allows; a job absent or with none may use any)."""
     gpr = gpus_per_replica or {}
+    allowed = gpu_types or {}
     cap = {node.name: node.gpus for node in nodes}
+    kind = {node.name: node.gpu_type for node in nodes}
     used: dict[str, int] = {}
     multi: dict[str, list[str]] = {}
     problems: list[str] = []
@@ -227,6 +309,12 @@ def validate_allocation(
         if len(distinct) > 1:
             for name in distinct:
                 multi.setdefault(name, []).append(job)
+        types = sorted({kind[name] for name in distinct if name in kind})
+        if len(types) > 1:
+            problems.append(f"{job}: mixes GPU types {types}")
+        wanted = allowed.get(job)
+        if wanted and any(t not in wanted for t in types):
+            problems.append(f"{job}: on GPU types {types}, allowed only {sorted(wanted)}")
     for name, n in used.items():
         if n > cap.get(name, 0):
             problems.append(f"{name}: {n} GPUs allocated, {cap.get(name, 0)} available")

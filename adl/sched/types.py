@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -37,11 +37,14 @@ class JobMode(StrEnum):
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """A schedulable node: how many GPUs (or CPU slots) the policy may hand out on it."""
+    """A schedulable node: how many GPUs (or CPU slots) the policy may hand out on it, and of
+    which type (``gpu_type``: e.g. ``NVIDIA-A100-SXM4-80GB``; "" = unknown, as on a uniform
+    cluster). A job's replicas are all of one type: the slowest GPU would pace every step."""
 
     name: str
     gpus: int
     preemptible: bool = False
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,21 @@ class JobInfo:
     #: quota manager admitted it on), or None: any node it is given. A policy that does not
     #: read it is kept to it by the round (``adl.controller.rounds.plan_round``).
     nodes: frozenset[str] | None = None
+    #: the GPU types the job may run on (``spec.gpuTypes``); empty = any
+    gpu_types: tuple[str, ...] = ()
+    #: speed of the job on each GPU type relative to its measured model (``speedup``): its
+    #: speedup on ``type`` at (N, K) is ``type_speed[type] * speedup(N, K)``. A type not
+    #: listed counts as 1.0, an estimate (the job has not run there)
+    type_speed: Mapping[str, float] = field(default_factory=dict, hash=False)
+
+    def speed_on(self, gpu_type: str) -> float:
+        """The job's relative speed on ``gpu_type`` (1.0 where unknown)."""
+        value = self.type_speed.get(gpu_type, 1.0)
+        return value if value > 0 and value == value and value != float("inf") else 1.0
+
+    def may_use(self, gpu_type: str) -> bool:
+        """Whether the job may run on GPUs of ``gpu_type`` (``spec.gpuTypes``)."""
+        return not self.gpu_types or gpu_type in self.gpu_types
 
 
 class Policy(Protocol):

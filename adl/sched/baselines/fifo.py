@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from adl.sched.baselines.placement import free_gpus, place_most_free
+from adl.sched.gpu_types import one_type_per_job
 from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
 
 
@@ -33,4 +34,4 @@ class FifoPolicy:
             if want > sum(free.values()):
                 break
             allocation[job.name] = place_most_free(want, free)
-        return allocation
+        return one_type_per_job(allocation, jobs, nodes, whole=True)

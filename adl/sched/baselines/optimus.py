@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from adl.sched.baselines.placement import free_gpus, place_most_free
+from adl.sched.gpu_types import one_type_per_job
 from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
 
 
@@ -96,4 +97,4 @@ class OptimusOraclePolicy:
             k = count[job.name]
             if k > 0 and job.name not in allocation:
                 allocation[job.name] = place_most_free(k, free)
-        return allocation
+        return one_type_per_job(allocation, jobs, nodes)

@@ -44,7 +44,10 @@ class PolluxObjectivePolicy(AdlPolicy):
             job.weight = max(job.table.get(-(-share // per_node), share, job.cap), 1e-9)
         return out
 
-    def _value(self, job: _Job, nodes: int, replicas: int, moved: bool) -> float:
+    def _value(
+        self, job: _Job, nodes: int, replicas: int, moved: bool, speed: float = 1.0
+    ) -> float:
+        del speed  # type-agnostic, as Pollux: it places on one type but values them alike
         if replicas <= 0:
             return 0.0
         speedup = job.table.get(nodes, replicas, job.cap) / job.weight

@@ -35,6 +35,7 @@ import numpy as np
 
 from adl.sched.baselines.pollux_genetic import PolluxProblem, Pop, evolve
 from adl.sched.baselines.speedup_grid import SpeedupGrids
+from adl.sched.gpu_types import one_type_per_job
 from adl.sched.types import Allocation, JobInfo, NodeInfo
 
 
@@ -121,11 +122,12 @@ class PolluxPolicy:
         self._pop_nodes = [n.name for n in nodes]
         self.last_fitness = (start_fit, float(fit[0]))
         best = pop[0]
-        return {
+        answer = {
             job.name: [node.name for n, node in enumerate(nodes) for _ in range(best[j, n])]
             for j, job in enumerate(ordered)
             if best[j].sum() > 0
         }
+        return one_type_per_job(answer, jobs, nodes)
 
     # ------------------------------------------------------------------ round set-up
 

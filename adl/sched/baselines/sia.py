@@ -29,7 +29,7 @@ where it is, so only a change of configuration restarts a job, as in Sia's own s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -37,6 +37,7 @@ from scipy.sparse import coo_array
 
 from adl.sched.baselines.sia_placement import place
 from adl.sched.baselines.speedup_grid import SpeedupGrids
+from adl.sched.gpu_types import one_type_per_job
 from adl.sched.types import Allocation, JobInfo, NodeInfo, linear_speedup
 
 
@@ -158,7 +159,7 @@ class SiaPolicy:
         kept = {k: v for k, v in previous.items() if k in want}
         allocation = place(want, kept, _free_nodes(nodes, pinned))
         allocation.update(pinned)
-        return allocation
+        return one_type_per_job(allocation, jobs, nodes)
 
     @staticmethod
     def _current(held: list[str] | None, gpus: Mapping[int, int], names: set[str]) -> int | None:
@@ -211,4 +212,4 @@ def _free_nodes(nodes: Sequence[NodeInfo], pinned: Mapping[str, list[str]]) -> l
     for held in pinned.values():
         for node in held:
             used[node] = used.get(node, 0) + 1
-    return [NodeInfo(n.name, max(n.gpus - used.get(n.name, 0), 0), n.preemptible) for n in nodes]
+    return [replace(n, gpus=max(n.gpus - used.get(n.name, 0), 0)) for n in nodes]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from adl.sched.baselines.placement import free_gpus, place_most_free
+from adl.sched.gpu_types import one_type_per_job
 from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
 
 QUEUE_THRESHOLD_GPU_S = 16 * 3600
@@ -69,7 +70,7 @@ class TiresiasPolicy:
         for name in (*q0, *q1):
             if self.running[name] and not allocation.get(name):
                 allocation[name] = place_most_free(infos[name].max_replicas, free)
-        return allocation
+        return one_type_per_job(allocation, jobs, nodes, whole=True)
 
     def _forget_finished(self, infos: Mapping[str, JobInfo]) -> None:
         for q in self.queues:

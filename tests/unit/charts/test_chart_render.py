@@ -119,6 +119,16 @@ def test_operator_accepts_the_rendered_args(variant: str) -> None:
     knobs = VARIANTS[variant].get("scheduler", {}).get("policyKnobs", {})
     assert opts.policy_knobs == knobs
     assert opts.node_lost_after == 60  # a lost node's pods are force-deleted after a minute
+    assert opts.gpu_type_label == "nvidia.com/gpu.product"  # GPU feature discovery's
+
+
+def test_the_gpu_type_label_reaches_the_operator() -> None:
+    from adl.operator.main import parse_args
+
+    label = "node.kubernetes.io/instance-type"
+    (deploy,) = kinds(render({"scheduler": {"gpuTypeLabel": label}}), "Deployment")
+    opts = parse_args(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert opts.gpu_type_label == label
 
 
 def test_values_schema_knows_exactly_the_policy_knobs() -> None:
@@ -259,6 +269,8 @@ def test_values_schema_rejects_bad_values() -> None:
             {"scheduler": {"policyKnobs": {"ramp_factor": 0.5}}},
             {"scheduler": {"interval": "soon"}},
             {"scheduler": {"nodeLostAfter": 0}},
+            {"scheduler": {"gpuTypeLabel": ""}},
+            {"scheduler": {"gpuTypeLabel": "gpu type"}},
             {"api": {"docs": "yes"}},
             {"api": {"metricsPort": 80}},
             {"networkPolicy": {"metricsFrom": "prometheus"}},

@@ -81,3 +81,12 @@ def test_policy_knobs_reach_the_policy_the_operator_runs() -> None:
     assert (knobs.srpt_power, knobs.fairness, knobs.dp) == (0.25, 0.0, 0.0)
     assert knobs == Knobs(srpt_power=0.25, fairness=0.0, dp=0.0)  # the rest keep their defaults
     assert policy_factory({})().knobs.srpt_power == 0.5  # type: ignore[attr-defined]
+
+
+def test_the_gpu_type_label_is_gpu_feature_discoverys_unless_told() -> None:
+    assert parse_args(["-A"]).gpu_type_label == "nvidia.com/gpu.product"
+    told = parse_args(["-A", "--gpu-type-label=node.kubernetes.io/instance-type"])
+    assert told.gpu_type_label == "node.kubernetes.io/instance-type"
+    for bad in ("", "a b", "/name", "x/" + "n" * 64):
+        with pytest.raises(SystemExit):
+            parse_args(["-A", f"--gpu-type-label={bad}"])

@@ -161,3 +161,31 @@ def test_a_sharded_jobs_memory_minimum_raises_its_min_replicas() -> None:
     body = job("a", "2026-01-01T00:00:00Z", hints={"initBatchSize": 32, "minReplicas": 3})
     (record,) = job_records([body])
     assert job_info(record, NOW).min_replicas == 3
+
+
+def test_a_nodes_gpu_type_is_its_gpu_feature_discovery_label_unless_told_another() -> None:
+    gfd = "nvidia.com/gpu.product"
+    nodes = [
+        node("a100", "8", labels={gfd: "NVIDIA-A100-SXM4-80GB", "itype": "p4d.24xlarge"}),
+        node("t4", "4", labels={gfd: "Tesla-T4", "itype": "g4dn.12xlarge"}),
+        node("plain", "2"),  # no label: an unknown type, ""
+        node("odd", "2", labels={gfd: "NVIDIA A10G (24 GB)"}),  # as a label value would say it
+    ]
+    got = {n.name: n.gpu_type for n in nodes_from_objects(nodes, [])}
+    assert got == {
+        "a100": "NVIDIA-A100-SXM4-80GB",
+        "t4": "Tesla-T4",
+        "plain": "",
+        "odd": "NVIDIA-A10G-24-GB",
+    }
+    other = {n.name: n.gpu_type for n in nodes_from_objects(nodes, [], gpu_type_label="itype")}
+    assert other == {"a100": "p4d.24xlarge", "t4": "g4dn.12xlarge", "plain": "", "odd": ""}
+
+
+def test_a_jobs_allowed_gpu_types_reach_the_policy() -> None:
+    body = {
+        "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"template": TEMPLATE, "gpuTypes": ["Tesla-T4", "NVIDIA-L4"]},
+    }
+    (record,) = job_records([body])
+    assert job_info(record, NOW).gpu_types == ("Tesla-T4", "NVIDIA-L4")

@@ -1,0 +1,77 @@
+"""The round on a cluster of two GPU types (issue 33): a job's measured models per type make it
+start where it runs faster, the decision says why, and no policy's answer mixes types."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from adl.controller.rounds import job_info, plan_round
+from adl.models import Hints
+from adl.sched.policy import AdlPolicy
+from adl.sched.types import Allocation, JobInfo, NodeInfo
+from tests.unit.controller.test_rounds import HINTS, NOW, record
+
+T4, A100 = "Tesla-T4", "NVIDIA-A100-SXM4-80GB"
+NODES = [NodeInfo("t0", 4, gpu_type=T4), NodeInfo("a0", 4, gpu_type=A100)]
+# a long job (hours on one GPU): its restart cost does not decide where it starts
+ON_T4 = HINTS.model_copy(update={"gpu_type": T4, "total_progress": 1e6})
+ON_A100_MODEL = HINTS.perf_params.model_copy(  # type: ignore[union-attr]
+    update={"alpha_c": 0.005, "beta_c": 0.0005}  # twice as fast at compute
+)
+
+
+def test_a_job_measured_on_both_types_starts_where_it_runs_faster_and_says_why() -> None:
+    assert HINTS.perf_params is not None
+    job = record("j", hints=ON_T4, type_models={T4: HINTS.perf_params, A100: ON_A100_MODEL})
+    info = job_info(job, NOW)
+    assert info.type_speed[T4] == 1.0 and info.type_speed[A100] > 1.9
+    result = plan_round(AdlPolicy(), [job], NODES, NOW)
+    assert set(result.allocation["ns/j"]) == {"a0"}
+    text = result.decisions["ns/j"].message
+    assert text.startswith(f"started with {len(result.allocation['ns/j'])} replicas (")
+    assert f"x {A100})" in text and "there vs " in text and f"on {T4}" in text
+    assert "estimated" not in text  # both types measured
+
+
+def test_a_job_never_measured_on_a_type_counts_it_as_fast_as_its_own() -> None:
+    info = job_info(record("j", hints=ON_T4), NOW)
+    assert info.speed_on(A100) == 1.0 and A100 not in info.type_speed
+    plain = job_info(record("k", hints=Hints(init_batch_size=8)), NOW)
+    assert plain.type_speed == {}
+
+
+class Straddling:
+    """A count-only policy: every job gets one GPU on each node, across types."""
+
+    def optimize(
+        self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], previous: Mapping[str, list[str]]
+    ) -> Allocation:
+        return {j.name: [n.name for n in nodes] for j in jobs[:1]}
+
+
+def test_the_round_keeps_any_policys_answer_to_one_type_per_job() -> None:
+    result = plan_round(Straddling(), [record("j")], NODES, NOW)
+    kind = {n.name: n.gpu_type for n in NODES}
+    assert len({kind[n] for n in result.allocation["ns/j"]}) == 1
+
+
+def test_a_job_restricted_to_a_type_is_placed_only_there() -> None:
+    job = record("j", spec={"gpuTypes": [T4]}, hints=ON_T4, type_models={A100: ON_A100_MODEL})
+    result = plan_round(AdlPolicy(), [job], NODES, NOW)
+    assert set(result.allocation["ns/j"]) == {"t0"}
+
+
+def test_a_waiting_job_is_told_when_no_one_type_has_room_for_it() -> None:
+    two_and_two = [NodeInfo("t0", 2, gpu_type=T4), NodeInfo("a0", 2, gpu_type=A100)]
+    wide = record("wide", spec={"minReplicas": 3, "maxReplicas": 3})
+    result = plan_round(AdlPolicy(), [wide], two_and_two, NOW)
+    assert not result.allocation["ns/wide"]
+    assert result.decisions["ns/wide"].message == (
+        "waiting: 4 GPUs free, at most 2 of one type it may use, too few for its minimum of 3"
+        " (a job's GPUs are all of one type)"
+    )
+    elsewhere = record("elsewhere", spec={"gpuTypes": ["NVIDIA-H100-80GB-HBM3"]})
+    result = plan_round(AdlPolicy(), [elsewhere], two_and_two, NOW)
+    assert result.decisions["ns/elsewhere"].message == (
+        "waiting: 4 GPUs free, none of the types it may use (NVIDIA-H100-80GB-HBM3)"
+    )
