@@ -41,6 +41,20 @@ CONSOLIDATE_TIMEOUT_S = 120.0
 POD_SCRIPT = (
     "import os, time; print('running on', os.environ['NODE_NAME'], flush=True); time.sleep(3600)"
 )
+#: a pod that, told to stop (SIGTERM), says so and takes 2 s to finish (a checkpoint's save)
+GRACEFUL_SCRIPT = """
+import os, signal, sys, time
+def stop(*_):
+    print("SIGTERM at", time.time(), flush=True)
+    time.sleep(2)
+    print("saved", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("running on", os.environ["NODE_NAME"], flush=True)
+while True:
+    time.sleep(1)
+"""
+DISRUPTED = "karpenter.sh/disrupted"
 
 
 @pytest.fixture
@@ -53,7 +67,9 @@ def kubelet(admin_api: client.ApiClient, tmp_path: Path) -> Iterator[ProcessKube
         yield kl
 
 
-def gpu_pod(name: str, namespace: str, pool: str, gpus: int) -> dict[str, Any]:
+def gpu_pod(
+    name: str, namespace: str, pool: str, gpus: int, script: str = POD_SCRIPT
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -66,7 +82,7 @@ def gpu_pod(name: str, namespace: str, pool: str, gpus: int) -> dict[str, Any]:
                 {
                     "name": "main",
                     "image": "adl-process-kubelet",
-                    "command": ["python", "-c", POD_SCRIPT],
+                    "command": ["python", "-c", script],
                     "env": [
                         {
                             "name": "NODE_NAME",
@@ -89,6 +105,18 @@ def _claims(custom: client.CustomObjectsApi, pool: str) -> list[dict[str, Any]]:
             *KARPENTER, "nodeclaims", label_selector=f"{NODEPOOL_LABEL}={pool}"
         )["items"]
     )
+
+
+def _pool_node(core: client.CoreV1Api, pool: str) -> client.V1Node | None:
+    return next(iter(core.list_node(label_selector=f"{NODEPOOL_LABEL}={pool}").items), None)
+
+
+def _pod_gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    try:
+        core.read_namespaced_pod(name, namespace)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
 
 
 def _condition(obj: dict[str, Any], kind: str) -> str | None:
@@ -129,9 +157,7 @@ def test_karpenter_provisions_a_spot_gpu_node_the_kubelet_runs_the_pod_and_conso
 
         # the KWOK provider creates the Node: the cheapest offering that fits 4 GPUs
         node = wait_for(
-            lambda: next(
-                iter(core.list_node(label_selector=f"{NODEPOOL_LABEL}={pool}").items), None
-            ),
+            lambda: _pool_node(core, pool),
             timeout=PROVISION_TIMEOUT_S,
             what="the NodeClaim's Node",
             details=karpenter.tail,
@@ -188,24 +214,11 @@ def test_karpenter_provisions_a_spot_gpu_node_the_kubelet_runs_the_pod_and_conso
         t_delete = time.monotonic()
         core.delete_namespaced_pod("gpu-4", namespace)
 
-        def pod_gone() -> bool:
-            try:
-                core.read_namespaced_pod("gpu-4", namespace)
-            except ApiException as exc:
-                return exc.status == 404
-            return False
-
-        wait_for(pod_gone, timeout=30, what="pod gpu-4 deleted")
+        wait_for(lambda: _pod_gone(core, namespace, "gpu-4"), timeout=30, what="gpu-4 deleted")
         stage("pod deleted")
 
-        def node_gone() -> bool:
-            return (
-                not _claims(custom, pool)
-                and not core.list_node(label_selector=f"{NODEPOOL_LABEL}={pool}").items
-            )
-
         wait_for(
-            node_gone,
+            lambda: _pool_node(core, pool) is None and not _claims(custom, pool),
             timeout=CONSOLIDATE_TIMEOUT_S,
             what=f"node {name} consolidated away",
             details=karpenter.tail,
@@ -230,4 +243,74 @@ def test_karpenter_provisions_a_spot_gpu_node_the_kubelet_runs_the_pod_and_conso
         print(f"Karpenter stages (s since the pod was created): {stages}")
         if consolidated_s is not None:
             print(f"pod deletion to node removed: {consolidated_s:.1f} s")
+        custom.delete_cluster_custom_object(*KARPENTER, "nodepools", pool)
+
+
+def test_a_deleted_nodeclaim_taints_its_node_and_evicts_its_pod_which_the_kubelet_stops_gracefully(
+    karpenter: Karpenter, kubelet: ProcessKubelet, admin_api: client.ApiClient, namespace: str
+) -> None:
+    """What a spot interruption does in Karpenter (its interruption controller deletes the
+    NodeClaim): the node is tainted ``karpenter.sh/disrupted:NoSchedule``, its pods are evicted
+    through the Eviction API, the kubelet gives each SIGTERM and its grace period, and the node
+    goes once empty. Prints each stage's time from the NodeClaim's deletion."""
+    core = client.CoreV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    pool = f"spot-{namespace}"[:63]
+    stages: dict[str, float] = {}
+    # consolidation out of the way: only the deletion below disrupts the node
+    body = node_pool(pool, taints=[GPU_TAINT], consolidate_after="Never")
+    custom.create_cluster_custom_object(*KARPENTER, "nodepools", body)
+    try:
+        pod_body = gpu_pod("trainer", namespace, pool, 1, script=GRACEFUL_SCRIPT)
+        pod_body["spec"]["terminationGracePeriodSeconds"] = 30
+        core.create_namespaced_pod(namespace, pod_body)
+        wait_for(
+            lambda: "running on " in kubelet.log(namespace, "trainer"),
+            timeout=PROVISION_TIMEOUT_S,
+            what="pod trainer running on a node Karpenter launched",
+            details=karpenter.tail,
+        )
+        node = _pool_node(core, pool)
+        assert node is not None
+        name = node.metadata.name
+        assert node.metadata.labels[INSTANCE_TYPE] == "gpu-1x"
+        assert core.read_namespaced_pod("trainer", namespace).spec.node_name == name
+        (claim,) = _claims(custom, pool)
+
+        t0 = time.monotonic()
+        custom.delete_cluster_custom_object(*KARPENTER, "nodeclaims", claim["metadata"]["name"])
+
+        def tainted() -> bool:
+            found = _pool_node(core, pool)
+            taints = (found.spec.taints or []) if found else []
+            return any(t.key == DISRUPTED and t.effect == "NoSchedule" for t in taints)
+
+        wait_for(tainted, timeout=60, what=f"{DISRUPTED} on {name}", details=karpenter.tail)
+        stages["node tainted"] = time.monotonic() - t0
+        wait_for(
+            lambda: "SIGTERM at" in kubelet.log(namespace, "trainer"),
+            timeout=60,
+            what="the pod told to stop",
+            details=karpenter.tail,
+        )
+        stages["pod got SIGTERM"] = time.monotonic() - t0
+        wait_for(lambda: _pod_gone(core, namespace, "trainer"), timeout=60, what="pod gone")
+        stages["pod gone"] = time.monotonic() - t0
+        wait_for(
+            lambda: _pool_node(core, pool) is None and not _claims(custom, pool),
+            timeout=60,
+            what=f"node {name} and its NodeClaim removed",
+            details=karpenter.tail,
+        )
+        stages["node removed"] = time.monotonic() - t0
+        wait_for(lambda: name not in kubelet.adopted, timeout=30, what="the kubelet lets go")
+
+        out = kubelet.log(namespace, "trainer")
+        assert "saved" in out, out  # its grace period was honoured: it finished its save
+        events = core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=trainer"
+        ).items
+        assert any(e.reason == "Evicted" for e in events), [(e.reason, e.message) for e in events]
+    finally:
+        print(f"disruption stages (s since the NodeClaim's deletion): {stages}")
         custom.delete_cluster_custom_object(*KARPENTER, "nodepools", pool)
