@@ -77,7 +77,10 @@ def instance_types_json(types: Sequence[GpuInstanceType]) -> list[dict[str, Any]
     """The KWOK provider's instance-types file (``kwok/cloudprovider/helpers.go``
     ``InstanceTypeOptions``): ``resources`` is a core ResourceList, so an extended resource
     such as ``nvidia.com/gpu`` is capacity like cpu; each offering is a price and the
-    requirements that pick it (capacity type and zone), all available."""
+    requirements that pick it (capacity type and zone), all available. (The shape of the
+    module's ``kwok/examples/instance_types.json``, with ``capacityType`` and ``zone`` keys,
+    is not what the parser reads: those keys would be ignored, leaving offerings that no
+    requirement picks.)"""
 
     def offering(capacity_type: str, price: float) -> dict[str, Any]:
         return {
