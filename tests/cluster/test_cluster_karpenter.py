@@ -119,6 +119,14 @@ def _pod_gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
     return False
 
 
+def _events(core: client.CoreV1Api, involved: str) -> set[tuple[str, str]]:
+    """(reason, message) of the Events about objects named ``involved``, in any namespace."""
+    items = core.list_event_for_all_namespaces(
+        field_selector=f"involvedObject.name={involved}"
+    ).items
+    return {(e.reason, e.message) for e in items}
+
+
 def _condition(obj: dict[str, Any], kind: str) -> str | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond["type"] == kind:
@@ -226,13 +234,13 @@ def test_karpenter_provisions_a_spot_gpu_node_the_kubelet_runs_the_pod_and_conso
         stage("empty node removed")
         consolidated_s = time.monotonic() - t_delete
         wait_for(lambda: name not in kubelet.adopted, timeout=30, what="the kubelet lets go")
-        reasons = {
-            (e.reason, e.message)
-            for e in core.list_event_for_all_namespaces(
-                field_selector=f"involvedObject.name={name}"
-            ).items
-        }
-        assert ("DisruptionTerminating", "Disrupting Node: Empty") in reasons, reasons
+        # Karpenter's events are sent in the background: waited for, not read once
+        wait_for(
+            lambda: ("DisruptionTerminating", "Disrupting Node: Empty") in _events(core, name),
+            timeout=30,
+            what=f"Karpenter's event: node {name} disrupted as empty",
+            details=lambda: str(_events(core, name)),
+        )
 
         # the kubelet's own node was never Karpenter's: untouched, still Ready and running
         mine = core.read_node(static)
@@ -307,10 +315,12 @@ def test_a_deleted_nodeclaim_taints_its_node_and_evicts_its_pod_which_the_kubele
 
         out = kubelet.log(namespace, "trainer")
         assert "saved" in out, out  # its grace period was honoured: it finished its save
-        events = core.list_namespaced_event(
-            namespace, field_selector="involvedObject.name=trainer"
-        ).items
-        assert any(e.reason == "Evicted" for e in events), [(e.reason, e.message) for e in events]
+        wait_for(
+            lambda: any(reason == "Evicted" for reason, _ in _events(core, "trainer")),
+            timeout=30,
+            what="Karpenter's event: pod trainer evicted",
+            details=lambda: str(_events(core, "trainer")),
+        )
     finally:
         print(f"disruption stages (s since the NodeClaim's deletion): {stages}")
         custom.delete_cluster_custom_object(*KARPENTER, "nodepools", pool)
