@@ -220,11 +220,13 @@ class NodeKeeper:
         with self.lock:
             adopted = list(self.adopted.items())
         out += [(name, adopted_status(name, cap, self.host_ip, now)) for name, cap in adopted]
-        return [(name, status) for name, status in out if name not in self.dead]
+        return out
 
     def _beat(self) -> None:
         while not self.stopping.wait(self.heartbeat_s):
             for name, status in self._statuses(datetime.now(UTC)):
+                if name in self.dead:  # looked at just before each node: silenced mid-beat
+                    continue
                 try:
                     self._renew(name, datetime.now(UTC))
                     self.core.patch_node_status(name, {"status": status})
