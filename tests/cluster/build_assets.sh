@@ -3,8 +3,15 @@
 # `build_assets.sh controlplane`): the real control plane, kube-apiserver, kube-controller-manager
 # and kube-scheduler from k8s.io/kubernetes, and etcd from go.etcd.io/etcd/server.
 # `build_assets.sh kueue`: Kueue's manager from sigs.k8s.io/kueue, with the Helm chart of the same
-# module version beside it (charts/kueue), which the tests install it from. Versions are pinned
-# in versions.env beside this script; each component is cached on its own.
+# module version beside it (charts/kueue), which the tests install it from.
+# `build_assets.sh karpenter`: Karpenter with its KWOK cloud provider (sigs.k8s.io/karpenter/kwok,
+# which makes Node objects itself instead of asking a cloud), with the CRDs of the same module
+# version beside it (crds/: the KWOK chart's karpenter.sh CRDs and the KWOKNodeClass CRD).
+# Versions are pinned in versions.env beside this script; each component is cached on its own.
+#
+# Karpenter's go.mod asks for a newer Go than the one installed here may be: its build alone sets
+# GOTOOLCHAIN (KARPENTER_GOTOOLCHAIN in versions.env), and the go command fetches that toolchain
+# from the module proxy as it fetches modules (cached in the module cache afterwards).
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every k8s.io/<staging> module
 # with a local path. So we make a throwaway module that requires it and replaces each staging
@@ -21,7 +28,8 @@
 #
 # Prints the directory holding the component's binaries on its last line of stdout.
 #   ADL_K8S_ASSETS=DIR   use prebuilt control-plane binaries from DIR (like setup-envtest's
-#                        KUBEBUILDER_ASSETS); ADL_KUEUE_ASSETS=DIR the same for Kueue
+#                        KUBEBUILDER_ASSETS); ADL_KUEUE_ASSETS=DIR the same for Kueue,
+#                        ADL_KARPENTER_ASSETS=DIR for Karpenter
 #   ADL_K8S_CACHE=DIR    where built binaries are kept (default ~/.cache/adl/k8s)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,7 +44,13 @@ case "$component" in
   kueue)
     bins=(kueue) files=(charts/kueue/Chart.yaml)
     name="kueue-${KUEUE_VERSION}" prebuilt="${ADL_KUEUE_ASSETS:-}" prebuilt_var=ADL_KUEUE_ASSETS ;;
-  *) echo "usage: $0 [controlplane|kueue]" >&2; exit 2 ;;
+  karpenter)
+    bins=(karpenter)
+    files=(crds/karpenter.sh_nodepools.yaml crds/karpenter.sh_nodeclaims.yaml
+      crds/karpenter.kwok.sh_kwoknodeclasses.yaml)
+    name="karpenter-${KARPENTER_VERSION}" prebuilt="${ADL_KARPENTER_ASSETS:-}"
+    prebuilt_var=ADL_KARPENTER_ASSETS ;;
+  *) echo "usage: $0 [controlplane|kueue|karpenter]" >&2; exit 2 ;;
 esac
 
 have_all() {
@@ -126,6 +140,25 @@ build_kueue() {
   mkdir -p "$stage/charts"
   cp -R "$dir/charts/kueue" "$stage/charts/kueue"
   chmod -R u+w "$stage/charts"   # the module cache is read-only
+}
+
+build_karpenter() {
+  cd "$work"
+  # this component's build only: the module's go.mod may need a newer Go than the installed one
+  export GOTOOLCHAIN="$KARPENTER_GOTOOLCHAIN"
+  step "fetching sigs.k8s.io/karpenter ${KARPENTER_VERSION} (and Go ${GOTOOLCHAIN#go})" \
+    go mod download -json "sigs.k8s.io/karpenter@${KARPENTER_VERSION}" >"$work/karpenter.json"
+  local dir
+  dir="$(sed -n 's/.*"Dir": "\([^"]*\)".*/\1/p' "$work/karpenter.json")"
+  # the KWOK provider's main package; `go install` names the binary after it (kwok)
+  step "building karpenter (KWOK provider) ${KARPENTER_VERSION} (1 of 1)" env GOFLAGS= GOBIN="$work/bin" \
+    go install -trimpath -ldflags "-s -w" "sigs.k8s.io/karpenter/kwok@${KARPENTER_VERSION}" >&2
+  mv "$work/bin/kwok" "$stage/karpenter"
+  # the CRDs the KWOK chart installs: karpenter.sh's own, with the rules that reserve the
+  # karpenter.kwok.sh label domain, and the KWOKNodeClass
+  mkdir -p "$stage/crds"
+  cp "$dir"/kwok/charts/crds/*.yaml "$dir"/kwok/apis/crds/*.yaml "$stage/crds/"
+  chmod -R u+w "$stage/crds"   # the module cache is read-only
 }
 
 build_controlplane() {  # (its body is not indented: it holds a heredoc)

@@ -19,6 +19,10 @@ Fixture API (other suites build on these names):
 - ``kueue`` (module): Kueue of ``versions.env`` installed from its chart with its manager
   running (:mod:`kueue_install`); its webhook configurations are removed after the module, so
   that a stopped Kueue refuses no other module's objects.
+- ``karpenter`` (module): Karpenter of ``versions.env`` with its KWOK cloud provider running
+  (:mod:`karpenter_install`: CRDs, a KWOKNodeClass, GPU instance types); after the module its
+  NodePools are deleted and their nodes removed by Karpenter before it stops. Its Nodes run
+  pods only with a process kubelet that adopts them (``ProcessKubelet(adopt=KWOK_NODES)``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import pytest
 from chart_install import Installation, install, token_kubeconfig, uninstall
 from cluster_procs import wait_for
 from controlplane import ControlPlane, find_assets, pinned_versions
+from karpenter_install import Karpenter, delete_node_pools, start_karpenter
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kueue_install import Kueue, remove_webhooks, start_kueue
@@ -266,3 +271,26 @@ def kueue(
     finally:
         remove_webhooks(admin_api, running)
         running.stop()
+
+
+@pytest.fixture(scope="module")
+def karpenter(
+    control_plane: ControlPlane,
+    admin_api: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+) -> Iterator[Karpenter]:
+    # built like the control plane when not cached (ADL_KARPENTER_ASSETS: prebuilt): never a skip
+    assets = find_assets(
+        _show_on_terminal(pytestconfig), component="karpenter", binaries=("karpenter",)
+    )
+    running = start_karpenter(
+        control_plane, admin_api, assets, tmp_path_factory.mktemp("karpenter")
+    )
+    try:
+        yield running
+    finally:
+        try:
+            delete_node_pools(admin_api, running)  # its nodes go while it still runs
+        finally:
+            running.stop()

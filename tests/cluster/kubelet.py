@@ -15,6 +15,14 @@ code; a command that cannot start ends at once as StartError, exit 128; a missin
 key leaves the pod waiting in CreateContainerConfigError. A pod being deleted gets SIGTERM,
 SIGKILL after its grace period, then is removed (grace 0), as the kubelet does. ``stop()``
 kills every child and removes the nodes. Each pod's output is kept in ``logs_dir``.
+
+``adopt`` (a label selector): Nodes that someone else creates with those labels become this
+kubelet's too, as they appear (an autoscaler's: Karpenter's KWOK provider creates the Node
+object of each "instance" it launches and runs no kubelet on it). An adopted node is kept
+Ready with its lease renewed (:meth:`NodeKeeper.adopt`), the pods bound to it run here, and
+when the Node is deleted its pods' processes are killed and the node is forgotten; ``stop()``
+leaves adopted Nodes to their creator. Removing Karpenter's ``karpenter.sh/unregistered``
+taint is not the kubelet's part: Karpenter's registration takes it off once the Node exists.
 """
 
 from __future__ import annotations
@@ -85,6 +93,7 @@ class ProcessKubelet:
         python: str = sys.executable,
         project: Path = PROJECT,
         heartbeat_s: float = 4.0,
+        adopt: str | None = None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -110,6 +119,19 @@ class ProcessKubelet:
             lambda kind, pod: self.events.put(("pod", (kind, pod))),
             name="kubelet-pods",
         )
+        #: the nodes adopted (``adopt``) and not deleted since
+        self.adopted: set[str] = set()
+        self.node_informer = (
+            Informer(
+                self.core.list_node,
+                lambda kind, node: self.events.put(("node", (kind, node))),
+                name="kubelet-nodes",
+                on_relist=lambda nodes: self.events.put(("nodes", nodes)),
+                label_selector=adopt,
+            )
+            if adopt
+            else None
+        )
         self.loop = threading.Thread(target=self._loop, name="kubelet", daemon=True)
 
     # ------------------------------------------------------------------ lifecycle
@@ -119,10 +141,14 @@ class ProcessKubelet:
         self.nodes.start()
         self.loop.start()
         self.informer.start()
+        if self.node_informer is not None:
+            self.node_informer.start()
         return self
 
     def stop(self) -> None:
         self.stopping.set()
+        if self.node_informer is not None:
+            self.node_informer.stop()
         self.informer.stop()
         self.loop.join(timeout=10)
         for run in list(self.runs.values()):
@@ -176,6 +202,10 @@ class ProcessKubelet:
                     self._on_exit(*data)
                 elif kind == "fail":
                     self._on_fail(*data)
+                elif kind == "node":
+                    self._on_node(*data)
+                elif kind == "nodes":
+                    self._on_nodes(data)
                 self._on_tick()
             except Exception:  # one bad pod must not stop the kubelet
                 log.exception("kubelet: handling %s failed", kind)
@@ -237,6 +267,48 @@ class ProcessKubelet:
             self._kill_all(run)
             self._forget(run)  # its exit, when it comes, finds no run: nothing is reported
         done.put([f"{r.namespace}/{r.name}" for r in lost])
+
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        """A node of the ``adopt`` selector appeared, changed or was deleted."""
+        name = node["metadata"]["name"]
+        if kind == "DELETED":
+            self._release(name)
+            return
+        if (
+            name in self.adopted
+            or name in self.nodes.dead
+            or node["metadata"].get("deletionTimestamp")
+        ):
+            return  # already ours, "dead" (fail_node), or going: nothing to take on
+        self.nodes.adopt(node)
+        self.adopted.add(name)
+        self.node_names.add(name)
+        log.info("kubelet: adopted node %s", name)
+        # pods bound before the adoption were ignored then: take them on now
+        pods = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={name}", _preload_content=False
+        )
+        for pod in json.loads(pods.data).get("items") or []:
+            self._on_pod("ADDED", pod)
+
+    def _on_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        """A relist of the adopted kind: those deleted while the watch was down are released."""
+        present = {n["metadata"]["name"] for n in nodes}
+        for name in self.adopted - present:
+            self._release(name)
+
+    def _release(self, name: str) -> None:
+        """An adopted node was deleted: the machine is gone, and its pods' processes with it
+        (their Pod objects are the pod garbage collector's now)."""
+        if name not in self.adopted:
+            return
+        self.adopted.discard(name)
+        self.nodes.release(name)
+        self.node_names.discard(name)
+        for run in [r for r in self.runs.values() if r.pod["spec"].get("nodeName") == name]:
+            self._kill_all(run)
+            self._forget(run)
+        log.info("kubelet: adopted node %s deleted", name)
 
     def _on_exit(self, uid: str, returncode: int) -> None:
         run = self.runs.get(uid)

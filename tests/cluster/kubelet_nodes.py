@@ -1,7 +1,12 @@
 """The Node side of the process kubelet: register fake Nodes with their capacity, and keep them
 alive as a kubelet does (a Lease in ``kube-node-lease`` renewed every few seconds, the Ready
 condition's heartbeat refreshed), so the node lifecycle controller never marks them NotReady
-or taints them, and kube-scheduler places pods on them."""
+or taints them, and kube-scheduler places pods on them.
+
+Nodes someone else created (an autoscaler's: Karpenter's KWOK provider makes the Node object
+itself, as a cloud's instance would register it) are *adopted*: from then on they are kept
+alive the same way, with the capacity their creator gave them, and left in place when the
+kubelet stops (their creator deletes them)."""
 
 from __future__ import annotations
 
@@ -50,6 +55,27 @@ def _second(t: datetime) -> str:
 
 def node_status(spec: NodeSpec, host_ip: str, now: datetime) -> dict[str, Any]:
     """The status a healthy kubelet reports (pure)."""
+    return {
+        "capacity": spec.capacity(),
+        "allocatable": spec.capacity(),
+        **_health(spec.name, host_ip, now),
+    }
+
+
+def adopted_status(
+    name: str, capacity: Mapping[str, str], host_ip: str, now: datetime
+) -> dict[str, Any]:
+    """The status a kubelet reports on a machine of ``capacity`` that someone else described
+    (pure): Ready, with the machine's capacity, and nothing held back from it."""
+    return {
+        "capacity": dict(capacity),
+        "allocatable": dict(capacity),
+        **_health(name, host_ip, now),
+    }
+
+
+def _health(name: str, host_ip: str, now: datetime) -> dict[str, Any]:
+    """Conditions, addresses and node info of a healthy kubelet's status."""
     stamp = _second(now)
 
     def cond(kind: str, status: str, reason: str) -> dict[str, str]:
@@ -63,8 +89,6 @@ def node_status(spec: NodeSpec, host_ip: str, now: datetime) -> dict[str, Any]:
         }
 
     return {
-        "capacity": spec.capacity(),
-        "allocatable": spec.capacity(),
         "conditions": [
             cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
             cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
@@ -73,13 +97,13 @@ def node_status(spec: NodeSpec, host_ip: str, now: datetime) -> dict[str, Any]:
         ],
         "addresses": [
             {"type": "InternalIP", "address": host_ip},
-            {"type": "Hostname", "address": spec.name},
+            {"type": "Hostname", "address": name},
         ],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
         "nodeInfo": {
-            "machineID": spec.name,
-            "systemUUID": spec.name,
-            "bootID": spec.name,
+            "machineID": name,
+            "systemUUID": name,
+            "bootID": name,
             "kernelVersion": "",
             "osImage": "adl process kubelet",
             "containerRuntimeVersion": "process://1",
@@ -125,6 +149,9 @@ class NodeKeeper:
         self.stopping = threading.Event()
         #: nodes whose machine "died": no more leases or status from them
         self.dead: set[str] = set()
+        #: adopted node -> its capacity; written by the kubelet's loop, read by the heartbeat
+        self.adopted: dict[str, dict[str, str]] = {}
+        self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._beat, name="node-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -139,7 +166,7 @@ class NodeKeeper:
                 self.core.patch_node(spec.name, {"metadata": body["metadata"]})
             # create may drop status (it is a subresource): always write it through status
             self.core.patch_node_status(spec.name, {"status": body["status"]})
-            self._renew(spec, now)
+            self._renew(spec.name, now)
         self.thread.start()
         self._wait_untainted()
 
@@ -161,29 +188,25 @@ class NodeKeeper:
             if pending and time.monotonic() > deadline:
                 raise TimeoutError(f"nodes {sorted(pending)} still tainted {NOT_READY}")
 
-    def _renew(self, spec: NodeSpec, now: datetime) -> None:
-        node = self.core.read_node(spec.name)
+    def _renew(self, name: str, now: datetime) -> None:
+        node = self.core.read_node(name)
         lease_spec = {
-            "holderIdentity": spec.name,
+            "holderIdentity": name,
             "leaseDurationSeconds": LEASE_DURATION_S,
             "renewTime": _micro(now),
         }
         try:
-            self.leases.patch_namespaced_lease(spec.name, LEASE_NAMESPACE, {"spec": lease_spec})
+            self.leases.patch_namespaced_lease(name, LEASE_NAMESPACE, {"spec": lease_spec})
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            owner = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": spec.name,
-                "uid": node.metadata.uid,
-            }
+            # owned by its Node: the garbage collector removes it with the Node
+            owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node.metadata.uid}
             lease = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {
-                    "name": spec.name,
+                    "name": name,
                     "namespace": LEASE_NAMESPACE,
                     "ownerReferences": [owner],
                 },
@@ -191,18 +214,45 @@ class NodeKeeper:
             }
             self.leases.create_namespaced_lease(LEASE_NAMESPACE, lease)
 
+    def _statuses(self, now: datetime) -> list[tuple[str, dict[str, Any]]]:
+        """(node, the status to report) for every node this kubelet keeps alive now."""
+        out = [(s.name, node_status(s, self.host_ip, now)) for s in self.nodes]
+        with self.lock:
+            adopted = list(self.adopted.items())
+        out += [(name, adopted_status(name, cap, self.host_ip, now)) for name, cap in adopted]
+        return out
+
     def _beat(self) -> None:
         while not self.stopping.wait(self.heartbeat_s):
-            now = datetime.now(UTC)
-            for spec in self.nodes:
-                if spec.name in self.dead:
+            for name, status in self._statuses(datetime.now(UTC)):
+                if name in self.dead:  # looked at just before each node: silenced mid-beat
                     continue
                 try:
-                    self._renew(spec, now)
-                    status = node_status(spec, self.host_ip, now)
-                    self.core.patch_node_status(spec.name, {"status": status})
+                    self._renew(name, datetime.now(UTC))
+                    self.core.patch_node_status(name, {"status": status})
                 except Exception as exc:  # the control plane may be restarting: try next beat
-                    log.warning("heartbeat of %s: %r", spec.name, exc)
+                    log.warning("heartbeat of %s: %r", name, exc)
+
+    def adopt(self, node: Mapping[str, Any]) -> None:
+        """Keep ``node`` (a Node object someone else created) alive from now on: Ready, its
+        lease renewed. Its capacity is what its creator put in ``allocatable`` (Karpenter's
+        KWOK provider writes the instance type's there, and only the requests it launched the
+        node for in ``capacity``), as a kubelet reports the machine it runs on."""
+        name = node["metadata"]["name"]
+        status = node.get("status") or {}
+        capacity = {**(status.get("capacity") or {}), **(status.get("allocatable") or {})}
+        now = datetime.now(UTC)
+        self.core.patch_node_status(
+            name, {"status": adopted_status(name, capacity, self.host_ip, now)}
+        )
+        self._renew(name, now)
+        with self.lock:
+            self.adopted[name] = capacity
+
+    def release(self, name: str) -> None:
+        """Stop keeping an adopted node alive (it was deleted: its lease goes with it)."""
+        with self.lock:
+            self.adopted.pop(name, None)
 
     def silence(self, name: str) -> None:
         """Stop heartbeating ``name`` (its lease and Ready condition go stale): the node

@@ -42,6 +42,21 @@ if args[:2] == ["mod", "download"] and args[-1].startswith("sigs.k8s.io/kueue@")
     with open(os.path.join(moddir, "charts", "kueue", "Chart.yaml"), "w") as f:
         f.write("name: kueue\\n")
     print(json.dumps({"Path": "sigs.k8s.io/kueue", "Dir": moddir}, indent="\\t"))
+elif args[:2] == ["mod", "download"] and args[-1].startswith("sigs.k8s.io/karpenter@"):
+    moddir = os.path.abspath("karpenter-module")
+    for sub, name in (("kwok/charts/crds", "karpenter.sh_nodepools.yaml"),
+                      ("kwok/charts/crds", "karpenter.sh_nodeclaims.yaml"),
+                      ("kwok/apis/crds", "karpenter.kwok.sh_kwoknodeclasses.yaml")):
+        os.makedirs(os.path.join(moddir, sub), exist_ok=True)
+        with open(os.path.join(moddir, sub, name), "w") as f:
+            f.write(f"kind: CustomResourceDefinition # {name}\\n")
+    print(json.dumps({"Path": "sigs.k8s.io/karpenter", "Dir": moddir}, indent="\\t"))
+elif args[0] == "install" and args[-1].startswith("sigs.k8s.io/karpenter/kwok@"):
+    out = os.path.join(os.environ["GOBIN"], "kwok")  # named after its package, as go does
+    os.makedirs(os.environ["GOBIN"], exist_ok=True)
+    with open(out, "w") as binary:
+        binary.write(f"#!/bin/sh\\necho karpenter {os.environ.get('GOTOOLCHAIN')}\\n")
+    os.chmod(out, 0o755)
 elif args[0] == "install":
     out = os.path.join(os.environ["GOBIN"], "kueue")
     with open(out, "w") as binary:
@@ -143,7 +158,8 @@ def stub(tmp_path: Path) -> Stub:
     go.write_text(f"#!{sys.executable}\n{STUB_GO}")
     go.chmod(0o755)
     cache = tmp_path / "cache"
-    env = {k: v for k, v in os.environ.items() if k != "ADL_K8S_ASSETS"}
+    # no prebuilt binaries of any component (ADL_K8S_ASSETS, ADL_KUEUE_ASSETS, ...)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_ASSETS")}
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
         ADL_K8S_CACHE=str(cache),
@@ -400,8 +416,73 @@ def test_kueue_is_built_into_its_own_entry_with_its_chart_and_then_reused(stub: 
     assert stub.calls.read_text().splitlines() == calls  # no go at all the second time
 
 
+def test_karpenter_is_built_with_its_own_toolchain_into_its_own_entry_with_its_crds(
+    stub: Stub,
+) -> None:
+    """``build_assets.sh karpenter``: the KWOK provider's main from sigs.k8s.io/karpenter,
+    built with the Go toolchain versions.env names for it (its go.mod needs a newer Go than the
+    one installed may be), saved as ``karpenter`` beside the CRDs of the same module version;
+    a second run only finds it."""
+    pins = _pins()
+    entry = stub.cache / f"karpenter-{pins['KARPENTER_VERSION']}"
+    first = subprocess.run(
+        ["bash", str(SCRIPT), "karpenter"],
+        env=stub.env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == str(entry)
+    binary = (entry / "karpenter").read_text()
+    assert binary == f"#!/bin/sh\necho karpenter {pins['KARPENTER_GOTOOLCHAIN']}\n"
+    assert sorted(p.name for p in (entry / "crds").iterdir()) == [
+        "karpenter.kwok.sh_kwoknodeclasses.yaml",
+        "karpenter.sh_nodeclaims.yaml",
+        "karpenter.sh_nodepools.yaml",
+    ]
+    assert sorted(p.name for p in entry.iterdir()) == ["crds", "karpenter"]
+    assert not stub.out.exists()
+    calls = [json.loads(line) for line in stub.calls.read_text().splitlines()]
+    assert calls[-1][0] == "install"
+    assert calls[-1][-1] == f"sigs.k8s.io/karpenter/kwok@{pins['KARPENTER_VERSION']}"
+    again = subprocess.run(
+        ["bash", str(SCRIPT), "karpenter"],
+        env=stub.env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == str(entry)
+    assert len(stub.calls.read_text().splitlines()) == len(calls)  # no go the second time
+
+
+def test_a_prebuilt_karpenter_is_used_as_given_or_refused_when_incomplete(
+    stub: Stub, tmp_path: Path
+) -> None:
+    given = tmp_path / "prebuilt"
+    given.mkdir()
+    (given / "karpenter").write_text("#!/bin/sh\n")
+    (given / "karpenter").chmod(0o755)
+    env = {**stub.env, "ADL_KARPENTER_ASSETS": str(given)}
+    run = ["bash", str(SCRIPT), "karpenter"]
+    incomplete = subprocess.run(run, env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert incomplete.returncode == 2
+    assert f"ADL_KARPENTER_ASSETS={given} lacks" in incomplete.stderr
+    (given / "crds").mkdir()
+    for name in (
+        "karpenter.sh_nodepools.yaml",
+        "karpenter.sh_nodeclaims.yaml",
+        "karpenter.kwok.sh_kwoknodeclasses.yaml",
+    ):
+        (given / "crds" / name).write_text("kind: CustomResourceDefinition\n")
+    done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == str(given)
+    assert not stub.calls.exists()  # nothing built
+
+
 def test_an_unknown_component_is_refused(stub: Stub) -> None:
     done = subprocess.run(
-        ["bash", str(SCRIPT), "karpenter"], env=stub.env, capture_output=True, text=True
+        ["bash", str(SCRIPT), "cluster-autoscaler"], env=stub.env, capture_output=True, text=True
     )
     assert done.returncode == 2 and "usage" in done.stderr
