@@ -39,20 +39,20 @@ PROVISION_TIMEOUT_S = 120.0
 CONSOLIDATE_TIMEOUT_S = 120.0
 #: the pod: says where it runs, then waits to be stopped
 POD_SCRIPT = (
-    "import os, time; print('running on', os.environ['NODE_NAME'], flush=True); time.sleep(3600)"
+    "import os, signal; print('running on', os.environ['NODE_NAME'], flush=True); signal.pause()"
 )
 #: a pod that, told to stop (SIGTERM), says so and takes 2 s to finish (a checkpoint's save)
 GRACEFUL_SCRIPT = """
 import os, signal, sys, time
 def stop(*_):
     print("SIGTERM at", time.time(), flush=True)
-    time.sleep(2)
+    time.sleep(2)  # allowed: the save the graceful stop must be given time for
     print("saved", flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 print("running on", os.environ["NODE_NAME"], flush=True)
 while True:
-    time.sleep(1)
+    signal.pause()
 """
 DISRUPTED = "karpenter.sh/disrupted"
 

@@ -17,7 +17,7 @@ from kubelet_nodes import GPU, LEASE_NAMESPACE, NOT_READY
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-SCRIPT = "import time; print('running', flush=True); time.sleep(3600)"
+SCRIPT = "import signal; print('running', flush=True); signal.pause()"
 
 
 def test_an_adopted_node_is_kept_ready_runs_its_pods_and_is_released_when_deleted(
