@@ -180,6 +180,19 @@ class ProcessKubelet:
         self.events.put(("fail", (name, abrupt, done)))
         return done.get(timeout=timeout)
 
+    def signal_pod(
+        self, namespace: str, name: str, sig: signal.Signals, *, timeout: float = 30.0
+    ) -> int:
+        """Send ``sig`` to every process of the running pod ``namespace/name`` (its container's
+        process group; SIGSTOP freezes a rank, heartbeat thread and all). Returns the group's
+        id; raises LookupError when no running pod of that name is on these nodes."""
+        done: queue.Queue[int | LookupError] = queue.Queue()
+        self.events.put(("signal", (namespace, name, sig, done)))
+        out = done.get(timeout=timeout)
+        if isinstance(out, LookupError):
+            raise out
+        return out
+
     def log_path(self, namespace: str, name: str) -> Path:
         """The output of the latest pod of that name (stdout and stderr together)."""
         return self.logs_dir / f"{namespace}_{name}.log"
@@ -202,6 +215,8 @@ class ProcessKubelet:
                     self._on_exit(*data)
                 elif kind == "fail":
                     self._on_fail(*data)
+                elif kind == "signal":
+                    self._on_signal(*data)
                 elif kind == "node":
                     self._on_node(*data)
                 elif kind == "nodes":
@@ -267,6 +282,24 @@ class ProcessKubelet:
             self._kill_all(run)
             self._forget(run)  # its exit, when it comes, finds no run: nothing is reported
         done.put([f"{r.namespace}/{r.name}" for r in lost])
+
+    def _on_signal(
+        self, namespace: str, name: str, sig: signal.Signals, done: queue.Queue[int | LookupError]
+    ) -> None:
+        """On the loop's thread, which alone changes ``runs`` (a pod's process is replaced
+        there)."""
+        run = next(
+            (r for r in self.runs.values() if (r.namespace, r.name) == (namespace, name)), None
+        )
+        if run is None or run.proc is None or run.done:
+            done.put(LookupError(f"no running pod {namespace}/{name} on {sorted(self.node_names)}"))
+            return
+        try:
+            os.killpg(run.proc.pid, sig)  # the session's leader: its pid is the group's id
+        except ProcessLookupError as err:
+            done.put(LookupError(f"pod {namespace}/{name}: {err}"))
+            return
+        done.put(run.proc.pid)
 
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
         """A node of the ``adopt`` selector appeared, changed or was deleted."""

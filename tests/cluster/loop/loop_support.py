@@ -133,3 +133,39 @@ def epoch_records(kubelet: ProcessKubelet, namespace: str, job: str) -> list[tup
             if line.startswith("{") and '"epoch"' in line:
                 out.append((group, json.loads(line)))
     return sorted(out, key=lambda r: (r[0], r[1]["epoch"]))
+
+
+def with_env(path: Path, **env: str) -> Path:
+    """The manifest at ``path`` with these variables in its trainer's environment."""
+    doc = yaml.safe_load(path.read_text())
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [
+        *(container.get("env") or []),
+        *({"name": k, "value": v} for k, v in env.items()),
+    ]
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def assert_exact(kubelet: ProcessKubelet, namespace: str, job: str) -> list[Any]:
+    """Every epoch printed so far ran to its end with every sample once: the last record of
+    each epoch (a group that resumed from a periodic checkpoint redoes the epochs after it,
+    which an earlier group may have printed already) counts ``SIZE`` samples more than the
+    previous epoch's, and no epoch is missing."""
+    records = epoch_records(kubelet, namespace, job)
+    last: dict[int, Any] = {}
+    for _, record in records:
+        last[record["epoch"]] = record
+    epochs = len(last)
+    assert sorted(last) == list(range(epochs)), records
+    assert [last[e]["samples"] for e in range(epochs)] == [SIZE * (e + 1) for e in range(epochs)]
+    return records
+
+
+def live_groups(jobs: Jobs, job: str) -> set[str]:
+    """Groups with a pod that is not finished (being deleted still counts: it may be saving)."""
+    return {
+        p.metadata.labels["adl.dev/group"]
+        for p in jobs.pods(job)
+        if p.status.phase in ("Pending", "Running")
+    }

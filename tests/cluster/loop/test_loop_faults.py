@@ -23,10 +23,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from controlplane import ControlPlane
 from kubelet import ProcessKubelet
-from loop_support import SIZE, TIMEOUT_S, Jobs, Operators, epoch_records, variant
+from loop_support import (
+    SIZE,
+    TIMEOUT_S,
+    Jobs,
+    Operators,
+    assert_exact,
+    epoch_records,
+    live_groups,
+    variant,
+    with_env,
+)
 
 #: how long kube-apiserver is down in scenario 3. The operator of before issue 36 exited after
 #: about a minute (kopf's default API retries, 1+1+2+...+21 = 54 s, then the error escalated);
@@ -37,42 +46,6 @@ NODE_LOST_S = 15
 #: scenario 4's bound: the job runs again on the other node this soon after its node died
 #: (the node lifecycle controller's grace period of 50 s, NODE_LOST_S, a worker's start)
 RECOVERY_S = 120
-
-
-def live_groups(jobs: Jobs, job: str) -> set[str]:
-    """Groups with a pod that is not finished (being deleted still counts: it may be saving)."""
-    return {
-        p.metadata.labels["adl.dev/group"]
-        for p in jobs.pods(job)
-        if p.status.phase in ("Pending", "Running")
-    }
-
-
-def with_env(path: Path, **env: str) -> Path:
-    """The manifest at ``path`` with these variables in its trainer's environment."""
-    doc = yaml.safe_load(path.read_text())
-    container = doc["spec"]["template"]["spec"]["containers"][0]
-    container["env"] = [
-        *(container.get("env") or []),
-        *({"name": k, "value": v} for k, v in env.items()),
-    ]
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def assert_exact(kubelet: ProcessKubelet, namespace: str, job: str) -> list[Any]:
-    """Every epoch printed so far ran to its end with every sample once: the last record of
-    each epoch (a group that resumed from a periodic checkpoint redoes the epochs after it,
-    which an earlier group may have printed already) counts ``SIZE`` samples more than the
-    previous epoch's, and no epoch is missing."""
-    records = epoch_records(kubelet, namespace, job)
-    last: dict[int, Any] = {}
-    for _, record in records:
-        last[record["epoch"]] = record
-    epochs = len(last)
-    assert sorted(last) == list(range(epochs)), records
-    assert [last[e]["samples"] for e in range(epochs)] == [SIZE * (e + 1) for e in range(epochs)]
-    return records
 
 
 def test_the_operator_rides_out_a_control_plane_outage(
