@@ -5,6 +5,7 @@ in-job library sends the model, not a goodput figure)."""
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 from adl.controller.env import node_slots
 from adl.models import AdaptiveJobStatus, Hints
@@ -18,6 +19,20 @@ def show_hints(status: AdaptiveJobStatus, hints: Hints | None) -> None:
     status.batch_size = hints.batch_size
     nodes = len(node_slots(status.allocation)) or 1
     status.goodput = current_goodput(hints, status.replicas, nodes) if status.replicas else None
+
+
+#: the status fields ``reflect_hints`` derives from the last report and nothing else: a
+#: backend may refresh them on a report without stepping the job
+HINTS_FIELDS = frozenset({"batch_size", "goodput", "finishing_since"})
+
+
+def reflect_hints(status: AdaptiveJobStatus, now: datetime) -> None:
+    """Everything the status derives from its last report, in place: what it shows
+    (``show_hints``) and since when the job says all of its work is done (the round leaves a
+    finishing job's GPUs alone for a while: ``adl.controller.rounds.finishing``)."""
+    show_hints(status, status.hints)
+    done = status.hints is not None and status.hints.work_done and not status.phase.finished
+    status.finishing_since = (status.finishing_since or now) if done else None
 
 
 def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> float | None:

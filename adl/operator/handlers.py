@@ -1,4 +1,5 @@
-"""kopf handlers: every AdaptiveJob or worker-pod event reconciles the job, and a per-job timer
+"""kopf handlers: a worker-pod event, or an AdaptiveJob change that is a cause
+(``adl.operator.job_causes``: not a hints report), reconciles the job, and a per-job timer
 keeps time-based work moving (backoff expiry) and runs the cluster-wide scheduling round when it
 is due. Both go through the shared driver (``adl.controller.driver``) over the Kubernetes
 backend (``adl.operator.backend``), in a worker thread: the kubernetes client blocks, and the
@@ -32,6 +33,7 @@ from adl.operator import backend as B
 from adl.operator import pods as P
 from adl.operator.backend import KubeBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from adl.operator.job_causes import cause_digest
 from adl.operator.kueue_sync import ensure_workload, settle_workload
 from adl.operator.observe import PodPhase, classify_all, finished_leftovers
 from adl.operator.retries import API_RETRIES
@@ -75,6 +77,8 @@ class Runtime:
         self.reconciled: dict[str, float] = {}  # job key -> monotonic time of the last reconcile
         #: job key -> what of a deleted job of the same name it waits for (said once)
         self.waiting: dict[str, str] = {}
+        #: job key -> the causes (``job_causes.cause_digest``) of its last event reacted to
+        self.causes: dict[str, str] = {}
 
     @property
     def store(self) -> KubeStore:
@@ -341,17 +345,39 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 async def on_job_event(
     type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
-        return
+    """React to the causes among a job's changes (``adl.operator.job_causes``): a new or
+    changed spec, labels or the round's answer, a status written by someone, the first look
+    after a start. A change of the quiet status fields alone (a hints report with what the
+    status shows of it, written by the API service; the round's accrued service) wakes no
+    reconcile and lists no pods.
+
+    Filtered here rather than by kopf's ``on.create``/``on.update``/``on.resume`` with field
+    filters: those compare kopf's essence of the job, which leaves out the status and every
+    annotation under the operator's prefix, the round's answer (``adl.dev/allocation``)
+    among them, so a round's new answer would start no group."""
     rt: Runtime = memo.runtime
-    phase = (body.get("status") or {}).get("phase")
-    suspended = bool((body.get("spec") or {}).get("suspend"))
-    new = desired_allocation(dict(body)) is None and phase not in ("Succeeded", "Failed")
-    if not suspended and (new or phase == Phase.SUSPENDED.value):
-        # a new or resumed job should not wait a whole round interval; the round comes first,
-        # so that its next group starts on a fresh answer
-        await run_round(rt, force=True)
-    await reconcile_job(rt, namespace, name)
+    key = f"{namespace or ''}/{name}"
+    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        rt.causes.pop(key, None)
+        return
+    digest = cause_digest(body)
+    if rt.causes.get(key) == digest:
+        return  # nothing the operator acts on changed (a hints report, the round's service)
+    rt.causes[key] = digest
+    try:
+        phase = (body.get("status") or {}).get("phase")
+        suspended = bool((body.get("spec") or {}).get("suspend"))
+        new = desired_allocation(dict(body)) is None and phase not in ("Succeeded", "Failed")
+        if not suspended and (new or phase == Phase.SUSPENDED.value):
+            # a new or resumed job should not wait a whole round interval; the round comes
+            # first, so that its next group starts on a fresh answer
+            await run_round(rt, force=True)
+        await reconcile_job(rt, namespace, name)
+    except BaseException:
+        # kopf does not retry an event handler: the next change of the job, of whatever
+        # kind, tries again (as every change did before the filter)
+        rt.causes.pop(key, None)
+        raise
 
 
 @kopf.on.event("", "v1", "pods", labels={P.LABEL_JOB: kopf.PRESENT})
@@ -441,6 +467,7 @@ async def on_delete(
     rt.reconciled.pop(key, None)
     rt.backend.refused.pop(key, None)
     rt.waiting.pop(key, None)
+    rt.causes.pop(key, None)
     rt.backend.on_down_nodes.discard(key)
     annotations = body.get("metadata", {}).get("annotations") or {}
     if status.allocation or P.ANNOTATION_ALLOCATION in annotations:
