@@ -52,8 +52,13 @@ HINTS_WRITE_TRIES = 3
 
 def _shown(body: dict[str, Any], hints: Hints, now: datetime) -> dict[str, Any]:
     """The status fields that show ``hints`` (``reflect_hints``) for the job ``body`` once it
-    reported them, as a merge patch (explicit nulls clear what no longer applies)."""
-    status = _status(body)
+    reported them, as a merge patch (explicit nulls clear what no longer applies); none for a
+    status the models refuse (hand-edited): the report is stored all the same."""
+    try:
+        status = _status(body)
+    except ValueError:
+        log.warning("%s: status unreadable, the report is stored alone", job_key(body))
+        return {}
     status.hints = hints
     reflect_hints(status, now)
     return status.model_dump(mode="json", by_alias=True, include=set(HINTS_FIELDS))

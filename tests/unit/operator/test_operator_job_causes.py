@@ -202,6 +202,13 @@ async def test_a_report_is_written_with_what_the_status_shows_of_it() -> None:
     assert cluster.job["status"]["finishingSince"] == "2026-05-01T12:00:00Z"
 
 
+async def test_a_report_on_a_status_the_models_refuse_is_stored_alone() -> None:
+    cluster = _cluster({"phase": "Sleeping", "replicas": 1})  # hand-edited: no such phase
+    await OperatorApiStore(cast(KubeStore, cluster), now=lambda: NOW).put_hints("ns/j", REPORT)
+    assert cluster.job["status"]["hints"]["batchSize"] == 128
+    assert "batchSize" not in cluster.job["status"]
+
+
 class Contended(MemoryCluster):
     """Another writer changes the status between each read and the write after it."""
 
