@@ -30,7 +30,7 @@ from adl.contract import EXIT_STOPPED as EXIT_STOPPED
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.env import node_slots
 from adl.controller.liveness import RankProgress, judge, progressing
-from adl.controller.status_hints import show_hints
+from adl.controller.status_hints import reflect_hints
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, RestartCause
 
 #: a replica still present this long after its stop was due is reported (its node may be down)
@@ -582,9 +582,7 @@ def step(
         quota_wait,
     )
     st = s.status
-    show_hints(st, st.hints)  # the last report in status (printer columns, metrics)
-    done = st.hints is not None and st.hints.work_done and not st.phase.finished
-    st.finishing_since = (st.finishing_since or now) if done else None
+    reflect_hints(st, now)  # the last report in status (printer columns, metrics, the pin)
     current = observed.of_group(st.group)
     # Older groups never overlap the current one.
     s.stop(observed.others(st.group))

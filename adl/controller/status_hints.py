@@ -5,6 +5,7 @@ in-job library sends the model, not a goodput figure)."""
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 from adl.contract import MAX_GPU_TYPES
 from adl.controller.env import node_slots
@@ -36,6 +37,20 @@ def remember_type_model(status: AdaptiveJobStatus, hints: Hints) -> None:
     while len(models) > MAX_GPU_TYPES:
         models.pop(next(iter(models)))
     status.type_models = models
+
+
+#: the status fields ``reflect_hints`` derives from the last report and nothing else: a
+#: backend may refresh them on a report without stepping the job
+HINTS_FIELDS = frozenset({"batch_size", "goodput", "finishing_since"})
+
+
+def reflect_hints(status: AdaptiveJobStatus, now: datetime) -> None:
+    """Everything the status derives from its last report, in place: what it shows
+    (``show_hints``) and since when the job says all of its work is done (the round leaves a
+    finishing job's GPUs alone for a while: ``adl.controller.rounds.finishing``)."""
+    show_hints(status, status.hints)
+    done = status.hints is not None and status.hints.work_done and not status.phase.finished
+    status.finishing_since = (status.finishing_since or now) if done else None
 
 
 def current_goodput(hints: Hints | None, replicas: int, num_nodes: int = 1) -> float | None:

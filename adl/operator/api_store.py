@@ -1,10 +1,11 @@
 """The API service's store on Kubernetes: the AdaptiveJob objects themselves.
 
-Hints go to ``status.hints`` (the operator's own status writes leave that field alone), the
-ranks' heartbeats to the operator's in-memory ``ProgressBook`` (hung-rank detection), tokens
-are checked against the SHA-256 kept in the job's ``adl.dev/token-sha256`` annotation (the token
-itself lives only in the job's Secret and the workers' mount), rendezvous facts come from the
-status and the pod naming scheme. ``serve`` runs the API beside kopf in the operator process.
+Hints go to ``status.hints`` with what the status shows of them (the operator's own status
+writes leave the report alone, and a report wakes no reconcile), the ranks' heartbeats to the
+operator's in-memory ``ProgressBook`` (hung-rank detection), tokens are checked against the
+SHA-256 kept in the job's ``adl.dev/token-sha256`` annotation (the token itself lives only in
+the job's Secret and the workers' mount), rendezvous facts come from the status and the pod
+naming scheme. ``serve`` runs the API beside kopf in the operator process.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -22,10 +24,11 @@ from adl.api.auth import find_owner, token_digest
 from adl.api.store import JobSnapshot, UnknownJob
 from adl.contract import JobKey
 from adl.controller.liveness import ProgressBook
+from adl.controller.status_hints import HINTS_FIELDS, reflect_hints
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, GroupInfo, Heartbeat, Hints
 from adl.operator import pods as P
 from adl.operator.scheduling import job_key
-from adl.operator.store import KubeStore
+from adl.operator.store import Conflict, KubeStore
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,24 @@ TOKEN_CACHE_S = 10.0
 TOKEN_CACHE_JOBS = 10_000
 
 
+#: reads of the job a hints report makes at most when its status keeps changing under it
+HINTS_WRITE_TRIES = 3
+
+
+def _shown(body: dict[str, Any], hints: Hints, now: datetime) -> dict[str, Any]:
+    """The status fields that show ``hints`` (``reflect_hints``) for the job ``body`` once it
+    reported them, as a merge patch (explicit nulls clear what no longer applies); none for a
+    status the models refuse (hand-edited): the report is stored all the same."""
+    try:
+        status = _status(body)
+    except ValueError:
+        log.warning("%s: status unreadable, the report is stored alone", job_key(body))
+        return {}
+    status.hints = hints
+    reflect_hints(status, now)
+    return status.model_dump(mode="json", by_alias=True, include=set(HINTS_FIELDS))
+
+
 def _token_hash(body: dict[str, Any]) -> str:
     return str((body["metadata"].get("annotations") or {}).get(P.ANNOTATION_TOKEN_HASH) or "")
 
@@ -56,9 +77,11 @@ class OperatorApiStore:
         namespaces: list[str] | None = None,
         progress: ProgressBook | None = None,
         clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.store = store
         self._clock = clock
+        self._now = now  # the wall clock of ``finishingSince``
         #: job -> (the token digest its hash matched, until when that is taken unread)
         self._verified: dict[str, tuple[str, float]] = {}
         self.namespaces = namespaces or []
@@ -101,11 +124,23 @@ class OperatorApiStore:
         return find_owner(((job_key(b), _token_hash(b)) for b in await self._jobs()), digest)
 
     async def put_hints(self, job: str, hints: Hints) -> None:
+        """Store the report with what the status shows of it (batch size, goodput, since when
+        the job says its work is done: ``reflect_hints``), in one patch made against the
+        status it was computed from. The operator reconciles nothing on a report
+        (``adl.operator.job_causes``), so the shown fields are written here, not by a step."""
         ns, name = self._split(job)
         # explicit nulls: fields the job stopped reporting are cleared, not merged
-        body = {"hints": hints.model_dump(mode="json", by_alias=True)}
+        report = hints.model_dump(mode="json", by_alias=True)
         try:
-            await asyncio.to_thread(self.store.patch_job_status, ns, name, body, None)
+            for _ in range(HINTS_WRITE_TRIES):
+                body = await self._job(job)
+                version = body["metadata"].get("resourceVersion")
+                patch = {"hints": report, **_shown(body, hints, self._now())}
+                with contextlib.suppress(Conflict):  # the status changed since: read it again
+                    await asyncio.to_thread(self.store.patch_job_status, ns, name, patch, version)
+                    return
+            # a status that keeps changing: the report alone (the next report or step shows it)
+            await asyncio.to_thread(self.store.patch_job_status, ns, name, {"hints": report}, None)
         except ApiException as exc:
             if exc.status == 404:
                 raise UnknownJob(job) from exc

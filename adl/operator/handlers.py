@@ -1,6 +1,8 @@
-"""kopf handlers: every AdaptiveJob or worker-pod event reconciles the job, and a per-job timer
-keeps time-based work moving (backoff expiry) and runs the cluster-wide scheduling round when it
-is due. Both go through the shared driver (``adl.controller.driver``) over the Kubernetes
+"""kopf handlers: a worker-pod event, or an AdaptiveJob change that is a cause
+(``adl.operator.job_causes``: not a hints report), reconciles the job; a per-job timer keeps
+time-based work moving (backoff expiry, starting jobs rechecked); one loop of the operator's
+(``round_loop``, started and stopped with kopf) runs the cluster-wide scheduling round when it
+is due. All go through the shared driver (``adl.controller.driver``) over the Kubernetes
 backend (``adl.operator.backend``), in a worker thread: the kubernetes client blocks, and the
 optimization must not stall kopf's event loop. Run with ``python -m adl.operator`` (which also
 serves the API) or ``kopf run -m adl.operator.handlers``.
@@ -9,11 +11,13 @@ serves the API) or ``kopf run -m adl.operator.handlers``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +36,7 @@ from adl.operator import backend as B
 from adl.operator import pods as P
 from adl.operator.backend import KubeBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from adl.operator.job_causes import cause_digest
 from adl.operator.kueue import FlavorError
 from adl.operator.kueue_sync import admitted_pool, ensure_workload, settle_workload
 from adl.operator.observe import PodPhase, classify_all, finished_leftovers
@@ -55,8 +60,15 @@ DEFAULT_CONFIG = OperatorConfig()
 class RoundStats:
     last: float = 0.0
     #: a forced round found one running (which may have read the jobs before the change that
-    #: asked for it): the next tick runs one regardless of the interval
+    #: asked for it), or one failed: the round loop runs one regardless of the interval
     due: bool = False
+    #: set when a round becomes due: the loop waits on it between rounds
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def ask(self) -> None:
+        """A round as soon as the loop can run one."""
+        self.due = True
+        self.wake.set()
 
 
 class Runtime:
@@ -77,6 +89,12 @@ class Runtime:
         self.reconciled: dict[str, float] = {}  # job key -> monotonic time of the last reconcile
         #: job key -> what of a deleted job of the same name it waits for (said once)
         self.waiting: dict[str, str] = {}
+        #: job key -> the causes (``job_causes.cause_digest``) of its last event reacted to
+        self.causes: dict[str, str] = {}
+        #: the jobs seen and not being deleted: the loop runs no periodic round without one
+        self.jobs: set[str] = set()
+        #: the round loop (``round_loop``), from kopf's start-up to its clean-up
+        self.round_task: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> KubeStore:
@@ -277,7 +295,8 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
 async def run_round(rt: Runtime, *, force: bool = False) -> bool:
     """One scheduling round over every job, unless one ran recently (or is running)."""
     if rt.round_lock.locked():
-        rt.rounds.due = rt.rounds.due or force
+        if force:
+            rt.rounds.ask()
         return False
     async with rt.round_lock:
         waited = time.monotonic() - rt.rounds.last
@@ -343,31 +362,65 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.background.instant_exit_timeout = 0.1
     settings.queueing.exit_timeout = 0.5
     config = getattr(memo, "config", None) or DEFAULT_CONFIG
-    memo.runtime = Runtime(KubeStore(), None, config)
+    rt = memo.runtime = Runtime(KubeStore(), None, config)
+    rt.round_task = asyncio.create_task(round_loop(rt), name="adl-round-loop")
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    runtime = getattr(memo, "runtime", None)
-    if runtime is not None:
-        runtime.exiting = True
+    runtime: Runtime | None = getattr(memo, "runtime", None)
+    if runtime is None:
+        return
+    runtime.exiting = True
+    task, runtime.round_task = runtime.round_task, None
+    if task is not None:
+        task.cancel()
+        # a round in its worker thread finishes there; the loop stops waiting for it now
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def on_job_event(
     type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
-        return
+    """React to the causes among a job's changes (``adl.operator.job_causes``): a new or
+    changed spec, labels or the round's answer, a status written by someone, the first look
+    after a start. A change of the quiet status fields alone (a hints report with what the
+    status shows of it, written by the API service; the round's accrued service) wakes no
+    reconcile and lists no pods.
+
+    Filtered here rather than by kopf's ``on.create``/``on.update``/``on.resume`` with field
+    filters: those compare kopf's essence of the job, which leaves out the status and every
+    annotation under the operator's prefix, the round's answer (``adl.dev/allocation``)
+    among them, so a round's new answer would start no group."""
     rt: Runtime = memo.runtime
-    phase = (body.get("status") or {}).get("phase")
-    suspended = bool((body.get("spec") or {}).get("suspend"))
-    new = desired_allocation(dict(body)) is None and phase not in ("Succeeded", "Failed")
-    if not suspended and (new or phase == Phase.SUSPENDED.value):
-        # a new or resumed job should not wait a whole round interval; the round comes first,
-        # so that its next group starts on a fresh answer
-        await run_round(rt, force=True)
-    await reconcile_job(rt, namespace, name)
+    key = f"{namespace or ''}/{name}"
+    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        rt.causes.pop(key, None)
+        rt.jobs.discard(key)
+        return
+    if key not in rt.jobs:
+        rt.jobs.add(key)
+        rt.rounds.wake.set()  # the loop may be idle for want of a job: it starts its interval
+    digest = cause_digest(body)
+    if rt.causes.get(key) == digest:
+        return  # nothing the operator acts on changed (a hints report, the round's service)
+    rt.causes[key] = digest
+    try:
+        phase = (body.get("status") or {}).get("phase")
+        suspended = bool((body.get("spec") or {}).get("suspend"))
+        new = desired_allocation(dict(body)) is None and phase not in ("Succeeded", "Failed")
+        if not suspended and (new or phase == Phase.SUSPENDED.value):
+            # a new or resumed job should not wait a whole round interval; the round comes
+            # first, so that its next group starts on a fresh answer
+            await run_round(rt, force=True)
+        await reconcile_job(rt, namespace, name)
+    except BaseException:
+        # kopf does not retry an event handler: the next change of the job, of whatever
+        # kind, tries again (as every change did before the filter)
+        rt.causes.pop(key, None)
+        raise
 
 
 @kopf.on.event("", "v1", "pods", labels={P.LABEL_JOB: kopf.PRESENT})
@@ -379,7 +432,7 @@ async def on_pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, 
 
 def api_unavailable(exc: BaseException) -> bool:
     """The API server did not answer, or answered that it cannot serve now (an outage, a
-    restart, RBAC still warming up): the work is simply done again at a later tick."""
+    restart, RBAC still warming up): the work is simply done again a little later."""
     if isinstance(exc, urllib3.exceptions.HTTPError):
         return True
     return isinstance(exc, ApiException) and (
@@ -387,18 +440,65 @@ def api_unavailable(exc: BaseException) -> bool:
     )
 
 
-#: a failed tick (the API server away) is retried after this long, not kopf's default minute
+#: a failed round or tick (the API server away) is retried after this long, not kopf's
+#: default minute
 TICK_BACKOFF_S = 5.0
+
+
+def round_wait_s(rt: Runtime, now: float) -> float:
+    """Seconds until the loop's next round (monotonic ``now``): none when one is due, the
+    rest of the round interval otherwise, and ``math.inf`` while the operator knows of no job
+    (such a round would only list the cluster; asked-for rounds still run)."""
+    if rt.rounds.due:
+        return 0.0
+    if not rt.jobs:
+        return math.inf
+    return max(rt.config.round_interval_s - (now - rt.rounds.last), 0.0)
+
+
+async def round_loop(rt: Runtime) -> None:
+    """The cluster-wide scheduling round, for the whole operator: every round interval while
+    there are jobs, and at once when one is asked for (``RoundStats.ask``). Forced rounds
+    (a new, resumed, finished, suspended, changed or deleted job) run from their handlers
+    through the same ``run_round``; one that found a round running leaves its round to this
+    loop. While the API server is away each try fails quickly with one line in the log and
+    the next comes ``TICK_BACKOFF_S`` later; the first after it returns runs the round."""
+    while not rt.exiting:
+        rt.rounds.wake.clear()  # before the check: an ask() from now on wakes the wait
+        wait = round_wait_s(rt, time.monotonic())
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                timeout = None if wait == math.inf else wait
+                await asyncio.wait_for(rt.rounds.wake.wait(), timeout)
+            continue
+        if rt.round_lock.locked():  # a forced round runs: it may be the one that was due
+            async with rt.round_lock:
+                pass
+            continue
+        try:
+            await run_round(rt)
+        except Exception as exc:
+            if api_unavailable(exc):
+                log.warning(
+                    "round: the API server is unavailable (%s); next try in %.0f s",
+                    type(exc).__name__,
+                    TICK_BACKOFF_S,
+                )
+            else:
+                log.exception("the round failed; next try in %.0f s", TICK_BACKOFF_S)
+            rt.rounds.due = True  # as soon as the pause is over
+            await asyncio.sleep(TICK_BACKOFF_S)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=1.0, idle=None, backoff=TICK_BACKOFF_S)
 async def tick(
     body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    """Cheap unless something is due: the round, the end of a restart backoff, or a look at
-    a job still starting (whose pods may be stuck without sending events). While the API
-    server is away each tick fails quickly with one line in the log; the first tick after it
-    returns catches up (the round, and the starting and restarting jobs, rechecked)."""
+    """Cheap unless something is due for this job: the end of a restart backoff, or a look
+    at a job still starting (whose pods may be stuck without sending events) or with a pod on
+    a node that is down. While the API server is away each tick fails quickly with one line
+    in the log; the first tick after it returns catches up (the starting and restarting jobs
+    rechecked, and a round: ``round_loop``)."""
     rt: Runtime = memo.runtime
     if rt.exiting:
         raise asyncio.CancelledError  # end the timer task now (kopf leaves it running ~5 s)
@@ -414,12 +514,11 @@ async def tick(
             type(exc).__name__,
             TICK_BACKOFF_S,
         )
-        rt.rounds.due = True  # a round as soon as it is back
+        rt.rounds.ask()  # a round as soon as it is back
         await asyncio.sleep(TICK_BACKOFF_S)
 
 
 async def _tick(rt: Runtime, body: kopf.Body, namespace: str | None, name: str) -> None:
-    await run_round(rt)
     key = f"{namespace}/{name}"
     last = rt.reconciled.get(key)
     idle = None if last is None else time.monotonic() - last
@@ -457,6 +556,8 @@ async def on_delete(
     rt.reconciled.pop(key, None)
     rt.backend.refused.pop(key, None)
     rt.waiting.pop(key, None)
+    rt.causes.pop(key, None)
+    rt.jobs.discard(key)
     rt.backend.on_down_nodes.discard(key)
     annotations = body.get("metadata", {}).get("annotations") or {}
     if status.allocation or P.ANNOTATION_ALLOCATION in annotations:
@@ -504,9 +605,9 @@ async def hang_check(
 async def round_soon(rt: Runtime, after: str) -> None:
     """A forced round from a kopf handler. A failure must not fail the handler (kopf would
     retry it, and a deletion would keep its finalizer until it succeeds): the round is left to
-    the next tick instead."""
+    the round loop instead."""
     try:
         await run_round(rt, force=True)
     except Exception:
-        log.exception("the round after %s failed; it runs again at the next tick", after)
-        rt.rounds.due = True
+        log.exception("the round after %s failed; the round loop runs it again", after)
+        rt.rounds.ask()
