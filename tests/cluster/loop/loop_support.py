@@ -162,6 +162,30 @@ def assert_exact(kubelet: ProcessKubelet, namespace: str, job: str) -> list[Any]
     return records
 
 
+def assert_resumed_after(
+    jobs: Jobs, namespace: str, job: str, group: int, details: Callable[[], str]
+) -> list[Any]:
+    """After group ``group`` was lost (its node, a hung rank): wait until a later group has
+    printed two epochs past every epoch printed so far (it redoes those after the checkpoint it
+    resumed from), then check every epoch is exact and that the later group resumed from a
+    checkpoint, not from the start."""
+    kubelet = jobs.kubelet
+    printed = max(r["epoch"] for _, r in epoch_records(kubelet, namespace, job))
+    jobs.wait(
+        f"epochs of a group of {job} after group {group}",
+        lambda: any(
+            g > group and r["epoch"] >= printed + 2
+            for g, r in epoch_records(kubelet, namespace, job)
+        ),
+        TIMEOUT_S,
+        details,
+    )
+    records = assert_exact(kubelet, namespace, job)
+    first_after = next(r for g, r in records if g > group)
+    assert first_after["epoch"] > 0, records
+    return records
+
+
 def live_groups(jobs: Jobs, job: str) -> set[str]:
     """Groups with a pod that is not finished (being deleted still counts: it may be saving)."""
     return {

@@ -30,7 +30,7 @@ from loop_support import (
     TIMEOUT_S,
     Jobs,
     Operators,
-    assert_exact,
+    assert_resumed_after,
     epoch_records,
     live_groups,
     variant,
@@ -216,19 +216,5 @@ def test_a_lost_node_is_handled_without_anyone(
     assert f"node {node} NotReady for" in said[0], said
     assert "force-deleted" in said[0], said
 
-    # a few epochs past the ones the lost group had printed (the new group redoes those after
-    # the checkpoint it resumed from)
-    printed = max(r["epoch"] for _, r in epoch_records(kubelet, namespace, "lost"))
-    jobs.wait(
-        "epochs of the group on the surviving node",
-        lambda: any(
-            g > group and r["epoch"] >= printed + 2
-            for g, r in epoch_records(kubelet, namespace, "lost")
-        ),
-        TIMEOUT_S,
-        details,
-    )
-    records = assert_exact(kubelet, namespace, "lost")
-    # resumed from a checkpoint of the lost group, not from the start
-    first_after = next(r for g, r in records if g > group)
-    assert first_after["epoch"] > 0, records
+    # epochs of the group on the surviving node, exact, resumed from the lost group's checkpoint
+    assert_resumed_after(jobs, namespace, "lost", group, details)

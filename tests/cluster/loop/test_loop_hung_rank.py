@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from kubelet import ProcessKubelet
-from loop_support import TIMEOUT_S, Jobs, Operators, assert_exact, epoch_records, variant, with_env
+from loop_support import (
+    TIMEOUT_S,
+    Jobs,
+    Operators,
+    assert_resumed_after,
+    epoch_records,
+    variant,
+    with_env,
+)
 
 #: the hang bound's floor the job asks for (the default is 45 s): small, so the test is quick
 FLOOR_S = 10
@@ -107,19 +115,5 @@ def test_a_sigstopped_rank_is_named_and_its_group_restarted(
     st = jobs.status("hung")
     assert st["restarts"].get("failure") == 1, st
 
-    # epochs of the new group past the ones the hung group printed (it redoes those after the
-    # checkpoint it resumed from)
-    printed = max(r["epoch"] for _, r in epoch_records(kubelet, namespace, "hung"))
-    jobs.wait(
-        "epochs of the group after the hang",
-        lambda: any(
-            g > group and r["epoch"] >= printed + 2
-            for g, r in epoch_records(kubelet, namespace, "hung")
-        ),
-        TIMEOUT_S,
-        details,
-    )
-    records = assert_exact(kubelet, namespace, "hung")
-    # resumed from a periodic checkpoint of the hung group, not from the start
-    first_after = next(r for g, r in records if g > group)
-    assert first_after["epoch"] > 0, records
+    # epochs of the new group, exact, resumed from a periodic checkpoint of the hung group
+    assert_resumed_after(jobs, namespace, "hung", group, details)
