@@ -33,6 +33,7 @@ from adl.controller.liveness import ProgressBook, judge
 from adl.controller.rounds import JobRecord, RoundResult
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import backend as B
+from adl.operator import event_posting
 from adl.operator import pods as P
 from adl.operator.backend import KubeBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
@@ -95,6 +96,9 @@ class Runtime:
         self.jobs: set[str] = set()
         #: the round loop (``round_loop``), from kopf's start-up to its clean-up
         self.round_task: asyncio.Task[None] | None = None
+        #: kopf's event poster, captured in the first job handler for the round loop's task
+        #: (``adl.operator.event_posting``)
+        self.event_poster: event_posting.Poster | None = None
 
     @property
     def store(self) -> KubeStore:
@@ -395,6 +399,8 @@ async def on_job_event(
     annotation under the operator's prefix, the round's answer (``adl.dev/allocation``)
     among them, so a round's new answer would start no group."""
     rt: Runtime = memo.runtime
+    if rt.event_poster is None:  # the round loop posts its events through it
+        rt.event_poster = event_posting.capture()
     key = f"{namespace or ''}/{name}"
     if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
         rt.causes.pop(key, None)
@@ -476,6 +482,7 @@ async def round_loop(rt: Runtime) -> None:
                 pass
             continue
         try:
+            event_posting.install(rt.event_poster)  # its decisions' events, as a handler's
             await run_round(rt)
         except Exception as exc:
             if api_unavailable(exc):
