@@ -9,8 +9,11 @@ minutes, or 50 save durations when a save is slow, so at most 2% of training tim
 saving; short intervals here make the cost measurable in a short run. Each interval runs with
 periodic saves written synchronously and in the background (``--modes``): the pause measured is
 the time the training loop waited (the whole write, or only the copy to host memory).
+``--sharded`` runs the model sharded with FSDP2 (over a one-process group), so a save goes
+through DCP: ``dcp.save`` on every rank, or ``dcp.async_save`` in the background.
 
     .venv/bin/python benchmarks/periodic_checkpoint.py --json periodic_checkpoint.json
+    .venv/bin/python benchmarks/periodic_checkpoint.py --sharded --widths 1024 --intervals 2
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ from typing import Any
 CHILD = "--child"
 
 
-def child(width: int, steps: int) -> None:
+def child(width: int, steps: int, sharded: bool) -> None:
     """One run (its environment says the interval); prints its figures as JSON."""
     import time
 
     import torch
     from torch import nn
+    from torch.distributed.fsdp import fully_shard
     from torch.utils.data import TensorDataset
 
     import adl
@@ -42,8 +46,17 @@ def child(width: int, steps: int) -> None:
     ctx = adl.init_process_group()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    net = adl.AdaptiveDataParallel(model, opt, report=False)
+    net: nn.Module
+    if sharded:  # FSDP2 over a one-process group: the DCP save path, sync or dcp.async_save
+        mesh = adl.job_mesh("cpu")
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        net = adl.AdaptiveShardedDataParallel(model, opt, report=False)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        net = adl.AdaptiveDataParallel(model, opt, report=False)
     data = TensorDataset(torch.randn(steps * 8, width))
     loader = adl.AdaptiveDataLoader(data, batch_size=8)
     saves: list[float] = []
@@ -60,7 +73,7 @@ def child(width: int, steps: int) -> None:
     print(json.dumps({"wall_s": wall, "saves": saves, "params": params}))
 
 
-def run(width: int, steps: int, interval: float, mode: str) -> dict[str, Any]:
+def run(width: int, steps: int, interval: float, mode: str, sharded: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         env.update(
@@ -69,25 +82,26 @@ def run(width: int, steps: int, interval: float, mode: str) -> dict[str, Any]:
             ADL_CHECKPOINT_ASYNC="1" if mode == "background" else "0",
             OMP_NUM_THREADS="1",
         )
-        cmd = [sys.executable, __file__, CHILD, str(width), str(steps)]
+        cmd = [sys.executable, __file__, CHILD, str(width), str(steps), str(int(sharded))]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def median_run(
-    width: int, steps: int, interval: float, repeats: int, mode: str = "sync"
+    width: int, steps: int, interval: float, repeats: int, mode: str = "sync", sharded: bool = False
 ) -> dict[str, Any]:
     """The run of median wall time out of ``repeats`` (wall time varies by several percent from
     run to run on a shared machine; the time spent saving is measured directly)."""
     runs = sorted(
-        (run(width, steps, interval, mode) for _ in range(repeats)), key=lambda r: r["wall_s"]
+        (run(width, steps, interval, mode, sharded) for _ in range(repeats)),
+        key=lambda r: r["wall_s"],
     )
     return runs[len(runs) // 2]
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == CHILD:
-        child(int(sys.argv[2]), int(sys.argv[3]))
+        child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1")
         return
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--widths", default="256,1024", help="MLP widths (2 layers of width^2)")
@@ -99,6 +113,12 @@ def main() -> None:
         default="sync,background",
         help="how periodic saves are written: sync (the ranks wait for the file) or background "
         "(they wait for a copy in host memory; ADL_CHECKPOINT_ASYNC)",
+    )
+    p.add_argument(
+        "--sharded",
+        action="store_true",
+        help="an FSDP2 model through AdaptiveShardedDataParallel (DCP saves; in the background "
+        "with dcp.async_save) instead of a replicated one",
     )
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args()
@@ -112,13 +132,13 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for width in (int(w) for w in a.widths.split(",")):
-        base = median_run(width, a.steps, 0.0, a.repeats)
+        base = median_run(width, a.steps, 0.0, a.repeats, sharded=a.sharded)
         print(
             f"| {base['params']:,} | off | - | {base['wall_s']:.2f} | 0 | - | - | - |", flush=True
         )
         rows.append({"width": width, "interval_s": 0.0, **base})
         for interval, mode in itertools.product((float(i) for i in a.intervals.split(",")), modes):
-            got = median_run(width, a.steps, interval, a.repeats, mode)
+            got = median_run(width, a.steps, interval, a.repeats, mode, a.sharded)
             saves = got["saves"]
             mean = sum(saves) / len(saves) if saves else 0.0
             share = sum(saves) / got["wall_s"]

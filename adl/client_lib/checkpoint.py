@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -425,10 +426,8 @@ def save(ctx: JobContext, *, background: bool = False) -> Path | None:
             writer.wait()
         except Exception as err:  # raised after the barrier, like a failure of this save
             failed = err
-    for state in ctx.states.values():
-        prepare = getattr(state, "prepare_checkpoint", None)
-        if callable(prepare):
-            prepare()
+    ctx.wait_checkpoint_parts()  # every rank's share of the last background save is down
+    completions = _prepare(ctx, background)
     path: Path | None = None
     submitted = False  # to the writer thread, which reports the save's duration itself
     directory = ctx.env.checkpoint_dir
@@ -439,7 +438,7 @@ def save(ctx: JobContext, *, background: bool = False) -> Path | None:
             for name, state in ctx.states.items():
                 states[name] = state.state_dict()
             if background:
-                path = _write_in_background(ctx, directory, states, saved_at)
+                path = _write_in_background(ctx, directory, states, saved_at, completions)
                 submitted = path is None
             else:
                 path = write(directory, states, saved_at, ctx.env.group or None)
@@ -455,21 +454,57 @@ def save(ctx: JobContext, *, background: bool = False) -> Path | None:
     return path
 
 
+#: completes, on rank 0 and before the file is written, a state whose bulk another thread is
+#: still writing (a sharded model's DCP files): waits for that write, returns the state to save
+Completion = Callable[[Any], Any]
+
+
+def _prepare(ctx: JobContext, background: bool) -> dict[str, Completion]:
+    """Collective: every state's optional preparation, on every rank, in registration order.
+
+    A background save calls ``prepare_background_checkpoint()`` where a state has it (it starts
+    writing the state's own files on another thread and returns, on rank 0, the completion the
+    checkpoint writer runs before it commits the file); every other case ``prepare_checkpoint()``.
+    """
+    completions: dict[str, Completion] = {}
+    for name, state in ctx.states.items():
+        start = getattr(state, "prepare_background_checkpoint", None) if background else None
+        if callable(start):
+            completion = start()
+            if completion is not None:
+                completions[name] = completion
+            continue
+        prepare = getattr(state, "prepare_checkpoint", None)
+        if callable(prepare):
+            prepare()
+    return completions
+
+
+def _completed(states: dict[str, Any], completions: dict[str, Completion]) -> dict[str, Any]:
+    return {name: completions[name](s) if name in completions else s for name, s in states.items()}
+
+
 def _write_in_background(
-    ctx: JobContext, directory: Path, states: dict[str, Any], saved_at: float
+    ctx: JobContext,
+    directory: Path,
+    states: dict[str, Any],
+    saved_at: float,
+    completions: dict[str, Completion],
 ) -> Path | None:
-    """Snapshot ``states`` and hand the write to rank 0's writer thread; a state that cannot be
-    copied (an object deepcopy refuses) is written synchronously instead, as before."""
+    """Snapshot ``states`` and hand the write to rank 0's writer thread, which first runs the
+    ``completions`` (waits for the states' own background files); a state that cannot be copied
+    (an object deepcopy refuses) is written synchronously instead, as before."""
     group = ctx.env.group or None
     try:
         frozen = snapshot(states)  # training goes on mutating the originals in place
     except Exception as err:
         log.warning("checkpoint written synchronously: its states cannot be copied (%s)", err)
-        return write(directory, states, saved_at, group)
+        return write(directory, _completed(states, completions), saved_at, group)
     if ctx.checkpoint_writer is None:
         ctx.checkpoint_writer = BackgroundWriter()
     ctx.checkpoint_writer.submit(
-        lambda: write(directory, frozen, saved_at, group), done=ctx.restart.save_took
+        lambda: write(directory, _completed(frozen, completions), saved_at, group),
+        done=ctx.restart.save_took,
     )
     return None
 

@@ -19,6 +19,11 @@ Order and failures:
   (:class:`adl.client_lib.checkpoint.CheckpointFenced`) therefore ends this group one save later;
 - the thread is not a daemon: a job that finishes with a write under way exits after it commits.
 
+A state that writes its own files (a sharded model's DCP shards, written by every rank) starts
+that write on its own thread at the save and gives rank 0 a completion that the writer thread
+runs first: it waits for those files, then the file that refers to them is written
+(:func:`adl.client_lib.checkpoint.save`, ``prepare_background_checkpoint``).
+
 The cost moves from the training loop to host memory (one copy of the saved states) and to the
 background thread's CPU time. ``$ADL_CHECKPOINT_ASYNC=0`` keeps periodic saves synchronous.
 """

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -56,7 +57,11 @@ class Checkpointable(Protocol):
     ``state_dict`` must return tensors, numbers, strings, bools, None and lists/tuples/dicts of
     them (what ``torch.load(weights_only=True)`` accepts), and describe the *global* state so that
     a checkpoint is readable at any world size. An optional ``prepare_checkpoint()`` method is
-    called on every rank before rank 0 writes (a collective point, e.g. to sum metrics).
+    called on every rank before rank 0 writes (a collective point, e.g. to sum metrics). A state
+    that writes its own files may also have ``prepare_background_checkpoint()``, called instead
+    for a background save: it starts its write on another thread and returns, on rank 0, a
+    function that waits for it and returns the state to save (see
+    :mod:`adl.client_lib.checkpoint`).
     """
 
     name: str
@@ -130,6 +135,10 @@ class JobContext:
         # Rank 0's writer of background periodic checkpoints (adl.client_lib.checkpoint_async),
         # made at the first such save.
         self.checkpoint_writer: Any | None = None
+        # This rank's share of a background save still being written by another thread (a
+        # sharded model's DCP files: adl.client_lib.sharded_checkpoint); waited for before the
+        # next save and before the process leaves the job.
+        self.checkpoint_parts: list[Future[Any]] = []
 
     # ------------------------------------------------------------------ placement
 
@@ -181,6 +190,17 @@ class JobContext:
     def restored(self) -> bool:
         """Whether this process resumed from a checkpoint (a restart, not a fresh start)."""
         return self._resumed
+
+    def wait_checkpoint_parts(self) -> None:
+        """Wait for this rank's share of the last background save. A failure is logged, not
+        raised: rank 0 raises it at the next save, since the checkpoint file that would have
+        referred to those files is then not written."""
+        parts, self.checkpoint_parts = self.checkpoint_parts, []
+        for part in parts:
+            try:
+                part.result()
+            except Exception as err:
+                log.warning("this rank's part of a background checkpoint failed: %s", err)
 
     def save(self, *, background: bool = False) -> Path | None:
         """Collective: every rank calls it; rank 0 writes the checkpoint atomically (on its

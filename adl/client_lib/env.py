@@ -230,7 +230,10 @@ def shutdown() -> None:
     if ctx.preemption is not None:
         ctx.preemption.drain(timeout_s=_EXIT_DRAIN_S)
         ctx.preemption.uninstall()
-    if ctx.checkpoint_writer is not None:  # a periodic checkpoint still being written commits
+    # a periodic checkpoint still being written commits: every rank's share first (they use
+    # the group, which is torn down below), then rank 0's file
+    ctx.wait_checkpoint_parts()
+    if ctx.checkpoint_writer is not None:
         try:
             ctx.checkpoint_writer.wait()
         except Exception as err:  # logged when it failed; the one before it stays

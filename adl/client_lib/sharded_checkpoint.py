@@ -8,6 +8,12 @@ every file in it. DCP stores each tensor with its global shape and offsets, so a
 written at N ranks loads at M: ``dcp.load`` reads, for each rank, the parts of the saved shards
 that its new shards cover (a resharding read, no full copy on any rank).
 
+A periodic save runs in the background (``prepare_background_checkpoint``): every rank copies
+its shards to host memory and ``dcp.async_save`` writes them on a thread of DCP's, over a gloo
+group of this state's own (DCP's collectives then run beside the training's, never on the same
+connections); rank 0's checkpoint writer waits for that write before it records the digests and
+commits the file, and every rank waits for its part before the next save and at exit.
+
 Crash safety is the file's: a directory is only referenced once it is complete (DCP's save
 returns on rank 0 after every rank wrote and the metadata is down), and the reference commits
 with the file's atomic rename. A save killed half-way leaves an unreferenced directory, swept
@@ -22,6 +28,7 @@ import hashlib
 import logging
 import shutil
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +38,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from adl.client_lib import checkpoint, parallel_state
+from adl.client_lib.checkpoint import Completion
 from adl.client_lib.sharded_safe_load import SafeFileSystemReader, SafeLoadPlanner
 
 if TYPE_CHECKING:
@@ -97,17 +105,63 @@ class ShardedCheckpointState:
         self._adp = adp
         self.name = adp.name
         self._saved: dict[str, Any] | None = None  # the DCP reference of the save under way
+        self._directory: Path | None = None  # the checkpoint directory of that save
+        self._background_group: Any | None = None  # DCP's own gloo group, made at first use
 
     # ------------------------------------------------------------------ save (every rank)
 
     def prepare_checkpoint(self) -> None:
         """Collective: every rank writes its shards into one new DCP directory."""
+        target = self._new_directory()
+        if target is None:
+            return
+        dcp.save(self._dcp_state(), checkpoint_id=str(target))
+        if self._adp.rank == 0:  # dcp.save returned on the coordinator: every rank's files are down
+            self._saved = {"dir": self._relative(target), "files": manifest(target)}
+
+    def prepare_background_checkpoint(self) -> Completion | None:
+        """Collective: every rank copies its shards to host memory and writes them on a DCP thread
+        (``dcp.async_save``) while training goes on. Returns, on rank 0, the completion that the
+        checkpoint writer runs before it commits the file: it waits for DCP's write (which returns
+        on the coordinator once every rank's files and the metadata are down) and records the
+        files' digests. The other ranks' futures are waited for before the next save."""
+        target = self._new_directory()
+        if target is None:
+            return None
+        # DCP's collectives then run on its own thread; a group of their own keeps them from
+        # interleaving with the training's and the checkpoint barrier's on the same connections
+        if self._background_group is None:
+            self._background_group = dist.new_group(backend="gloo")
+        future = dcp.async_save(
+            self._dcp_state(), checkpoint_id=str(target), process_group=self._background_group
+        )
+        assert isinstance(future, Future)  # the thread executor with the default stager
+        ctx = self._adp._ctx
+        assert ctx is not None  # a save is always the context's (checkpoint.save(ctx))
+        ctx.checkpoint_parts.append(future)
+        if self._adp.rank != 0:
+            return None
+        rel = self._relative(target)
+        # No files yet: were this state ever saved without its completion, the file would fail
+        # verify_external on load (an empty file list) instead of trusting unchecked shards.
+        self._saved = {"dir": rel, "files": {}}
+
+        def complete(state: dict[str, Any]) -> dict[str, Any]:
+            future.result()  # raises DCP's error: then the file is not written at all
+            return {**state, checkpoint.EXTERNAL: {"dir": rel, "files": manifest(target)}}
+
+        return complete
+
+    def _new_directory(self) -> Path | None:
+        """Collective: the fresh DCP directory of this save (None: the job has nowhere to save).
+        Rank 0 first sweeps directories no checkpoint file refers to; the save before this one
+        has committed by then (``checkpoint.save`` waits for it first)."""
         ctx = self._adp._ctx
         directory = getattr(getattr(ctx, "env", None), "checkpoint_dir", None)
         self._saved = None
         self._adp.settle()  # the last step's statistics are in the estimate that is saved
         if directory is None:
-            return
+            return None
         directory = Path(directory)
         rank0 = self._adp.rank == 0
         if rank0:
@@ -116,13 +170,17 @@ class ShardedCheckpointState:
         names = [f"{time.time_ns():020d}-s{self._adp.progress.steps:09d}" if rank0 else None]
         if self._adp.world_size > 1:
             dist.broadcast_object_list(names, src=0, group=getattr(ctx, "cpu_group", None))
-        target = directory / DCP_ROOT / str(names[0])
+        self._directory = directory
+        return directory / DCP_ROOT / str(names[0])
+
+    def _relative(self, target: Path) -> str:
+        assert self._directory is not None
+        return str(target.relative_to(self._directory))
+
+    def _dcp_state(self) -> dict[str, Any]:
         with self._adp.passthrough():  # may initialize the optimizer's state with a step
             model_sd, optim_sd = get_state_dict(self._adp._model, self._adp.optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(target))
-        if rank0:  # dcp.save returned on the coordinator: every rank's files are written
-            rel = target.relative_to(directory)
-            self._saved = {"dir": str(rel), "files": manifest(target)}
+        return {"model": model_sd, "optim": optim_sd}
 
     def state_dict(self) -> dict[str, Any]:
         state = parallel_state.adaptive_state_dict(self._adp, with_weights=False)

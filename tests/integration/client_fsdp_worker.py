@@ -5,7 +5,9 @@ AdaptiveShardedDataParallel on the synthetic data of ``client_worker``; ``--repl
 the same model unsharded through AdaptiveDataParallel (DDP) for comparison. Rank 0 records one
 line per optimizer step (loss over the job, noise estimate) and, at the end, the full parameters,
 the full optimizer state and the noise statistics; a resumed run also dumps what it restored
-(``restored-<world>.pt``), to compare with the checkpoint it came from.
+(``restored-<world>.pt``), to compare with the checkpoint it came from. ``--save-every N`` saves
+in the background every N steps, as periodic checkpoints do, and dumps the full state as it was
+at each save (``saved-<steps>.pt``); ``--die-at N`` kills every rank with SIGKILL after step N.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import torch
 import torch.distributed as dist
 from client_worker import Indexed
 from torch import nn
+from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import checkpoint
@@ -84,6 +88,21 @@ class _null:
         return None
 
 
+def _hold_background_writes() -> threading.Event:
+    """Make every DCP file write wait until the training has taken a step after the save
+    (the event): a background save that did not copy the state first would then write the
+    changed parameters, deterministically rather than by the luck of the timing."""
+    stepped = threading.Event()
+    original = FileSystemWriter.write_data
+
+    def held(self: FileSystemWriter, plan: Any, planner: Any) -> Any:
+        stepped.wait(timeout=120)  # bounded: a run that stops stepping still writes
+        return original(self, plan, planner)
+
+    FileSystemWriter.write_data = held  # type: ignore[method-assign]
+    return stepped
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--size", type=int, default=96)
@@ -101,6 +120,8 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=0, help="memory budget per replica (bytes)")
     p.add_argument("--b0", type=int, default=0)
     p.add_argument("--linear-lr", action="store_true", help="LR x batch scale (no noise term)")
+    p.add_argument("--save-every", type=int, default=0, help="background save every N steps")
+    p.add_argument("--die-at", type=int, default=-1, help="SIGKILL every rank after this step")
     args = p.parse_args()
 
     ctx = adl.init_process_group("gloo")
@@ -124,6 +145,7 @@ def main() -> None:
     if args.autoscale:
         loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, args.local_max))
     args.record.mkdir(parents=True, exist_ok=True)
+    stepped = _hold_background_writes() if args.save_every else None
     if ctx.restored:  # what the checkpoint gave this world size, for the bit-exact comparison
         restored = full_state(net, model, opt)
         if ctx.rank == 0:
@@ -141,6 +163,8 @@ def main() -> None:
             if ctx.is_sync_step:
                 opt.step()
                 opt.zero_grad()
+                if stepped is not None:
+                    stepped.set()  # the parameters changed in place since the last save
                 if dist.is_initialized():
                     dist.all_reduce(loss_sum)
                 if hasattr(net, "settle"):  # sharded: the step's statistics are folded lazily
@@ -158,6 +182,20 @@ def main() -> None:
                 }
                 loss_sum.zero_()
                 out.write(json.dumps(row) + "\n")
+                done = net.progress.steps
+                if args.save_every and done % args.save_every == 0:
+                    # what the periodic checkpoint does, at known steps: the ranks go on training
+                    # (mutating the parameters in place) while DCP writes the shards
+                    assert stepped is not None
+                    stepped.clear()
+                    ctx.save(background=True)
+                    saved = full_state(net, model, opt)  # the state as it was at the save
+                    if ctx.rank == 0:
+                        torch.save(saved, args.record / f"saved-{done}.pt")
+                    parts = {"saved": done, "parts": len(ctx.checkpoint_parts)}
+                    out.write(json.dumps(parts) + "\n")
+                if done == args.die_at:
+                    os.kill(os.getpid(), signal.SIGKILL)  # no stop, no final save
     if hasattr(net, "settle"):
         net.settle()
     final = full_state(net, model, opt)

@@ -25,6 +25,8 @@ import torch
 from client_harness import run_job
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from adl.client_lib import checkpoint
+
 pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("client_fsdp_worker.py")
@@ -36,10 +38,13 @@ def _run(world: int, base: Path, *extra: str) -> list[int]:
     return run_job(world, base / "ckpt", base / "rec", *extra, script=WORKER)
 
 
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
 def _rows(base: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for path in sorted((base / "rec").glob("rank0-*.jsonl")):
-        rows.extend(json.loads(line) for line in path.read_text().splitlines() if line)
+    """Rank 0's optimizer steps, over every run in ``base`` (``--save-every`` adds other lines)."""
+    rows = [r for p in (base / "rec").glob("rank0-*.jsonl") for r in _records(p) if "step" in r]
     return sorted(rows, key=lambda r: r["step"])
 
 
@@ -122,6 +127,49 @@ def test_resize_2_to_4_to_3_equals_the_uninterrupted_run(straight: Path, tmp_pat
     assert resized["progress"] == uninterrupted["progress"] == STEPS
     # The noise statistics carried on: 16 observations in all, none lost at the restarts.
     assert resized["gns"]["updates"] == STEPS
+
+
+def test_background_saves_survive_a_kill_and_resume_resharded(
+    straight: Path, tmp_path: Path
+) -> None:
+    """Periodic (background) saves of a sharded model: DCP writes the shards on its own thread
+    while the ranks train on, mutating the parameters in place; every rank is then killed with
+    SIGKILL. The job resumes at 3 ranks from the last committed save, which holds the state as it
+    was at that save bit for bit, and ends where the uninterrupted run ends."""
+    every, die = 3, 10
+    codes = _run(2, tmp_path, "--save-every", str(every), "--die-at", str(die))
+    assert codes == [-9, -9]
+    first = [r for p in (tmp_path / "rec").glob("rank*.jsonl") for r in _records(p)]
+    # each save left that rank's DCP write under way when training went on (a background save)
+    assert sorted((r["saved"], r["parts"]) for r in first if "saved" in r) == [
+        (s, 1) for s in (3, 3, 6, 6, 9, 9)
+    ]
+    (tmp_path / "rec-killed").mkdir()
+    for path in (tmp_path / "rec").glob("rank*.jsonl"):
+        path.rename(tmp_path / "rec-killed" / path.name)
+
+    assert _run(3, tmp_path, "--out", str(tmp_path / "out.pt")) == [0] * 3
+    resumed = _rows(tmp_path)
+    start = resumed[0]["step"]
+    # the save of step 9 may have been cut by the kill mid-write: then the one before it counts
+    assert start in (6, 9), start
+    assert [r["step"] for r in resumed] == list(range(start, STEPS))
+    states = checkpoint.load(tmp_path / "ckpt")
+    assert states is not None
+    (ref,) = [s[checkpoint.EXTERNAL] for s in states.values() if checkpoint.EXTERNAL in s]
+    on_disk_dir = tmp_path / "ckpt" / ref["dir"]
+    assert on_disk_dir.name.endswith(f"-s{start:09d}") and ref["files"]  # digests recorded
+    flat = tmp_path / "flat.pt"
+    dcp_to_torch_save(on_disk_dir, flat)
+    on_disk, at_save = _load(flat), _load(tmp_path / "rec" / f"saved-{start}.pt")
+    restored = _load(tmp_path / "rec" / "restored-3.pt")
+    for got in (on_disk["model"], restored["params"]):
+        _assert_close_states(got, at_save["params"], exact=True)
+    for got in (on_disk["optim"]["state"], restored["optim"]):
+        _assert_close_states(got, at_save["optim"], exact=True)
+    resized, uninterrupted = _load(tmp_path / "out.pt"), _load(straight / "out.pt")
+    _assert_close_states(resized["params"], uninterrupted["params"], exact=False)
+    assert resized["progress"] == STEPS
 
 
 def test_activation_checkpointing_trains_the_same_parameters(
