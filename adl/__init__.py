@@ -20,7 +20,7 @@ _LAZY = {
     "remaining_epochs_until": "adl.client_lib.epoch",
     "current_epoch": "adl.client_lib.epoch",
     "Accumulator": "adl.client_lib.accumulator",
-    "track": "adl.client_lib.checkpoint",
+    "track": "adl.client_lib.tracked",
     "check_preemption": "adl.client_lib.preemption",
 }
 

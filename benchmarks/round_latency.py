@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from adl.controller.driver import Driver
+from adl.controller.job_record import JobRecord
 from adl.controller.memory import MemoryBackend
-from adl.controller.rounds import JobRecord, SpeedupCache
+from adl.controller.rounds import SpeedupCache
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,

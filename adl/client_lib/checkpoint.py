@@ -33,16 +33,13 @@ import pickle
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from adl.client_lib.checkpoint_async import BackgroundWriter, snapshot
-from adl.client_lib.restart_cost import SAVED_AT
-
-if TYPE_CHECKING:
-    from adl.client_lib.context import JobContext
+from adl.client_lib.restart_cost import SAVED_AT, RestartClock
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +57,27 @@ _TMP_SUFFIX = ".tmp"
 #: the group that owns the directory (the last to claim it): only its commits are accepted
 FENCE = "adl-group"
 _LOCK = ".adl-lock"
+
+
+class SavingJob(Protocol):
+    """What a collective save needs of the job (:class:`adl.client_lib.context.JobContext`):
+    named here so that the checkpoint files do not depend on the context that uses them."""
+
+    env: Any  # WorkerEnv: checkpoint_dir, group
+    restart: RestartClock
+    cpu_group: Any
+    checkpoint_writer: Any
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def states(self) -> dict[str, Any]: ...
+
+    @property
+    def pending_restored(self) -> dict[str, Any]: ...
+
+    def wait_checkpoint_parts(self) -> None: ...
 
 
 class CheckpointError(RuntimeError):
@@ -408,7 +426,7 @@ def verify_external(directory: Path, states: dict[str, Any]) -> None:
                 )
 
 
-def save(ctx: JobContext, *, background: bool = False) -> Path | None:
+def save(ctx: SavingJob, *, background: bool = False) -> Path | None:
     """Collective checkpoint of every registered state; rank 0 writes, all ranks wait for it.
 
     States restored from the last checkpoint but not registered (yet) in this run are carried
@@ -459,7 +477,7 @@ def save(ctx: JobContext, *, background: bool = False) -> Path | None:
 Completion = Callable[[Any], Any]
 
 
-def _prepare(ctx: JobContext, background: bool) -> dict[str, Completion]:
+def _prepare(ctx: SavingJob, background: bool) -> dict[str, Completion]:
     """Collective: every state's optional preparation, on every rank, in registration order.
 
     A background save calls ``prepare_background_checkpoint()`` where a state has it (it starts
@@ -485,7 +503,7 @@ def _completed(states: dict[str, Any], completions: dict[str, Completion]) -> di
 
 
 def _write_in_background(
-    ctx: JobContext,
+    ctx: SavingJob,
     directory: Path,
     states: dict[str, Any],
     saved_at: float,
@@ -507,50 +525,3 @@ def _write_in_background(
         done=ctx.restart.save_took,
     )
     return None
-
-
-class Tracked:
-    """Checkpoint adapter for anything with ``state_dict``/``load_state_dict`` (model, optimizer,
-    LR scheduler, GradScaler) in scripts that do not use AdaptiveDataParallel, or for a plain
-    dict of the script's own state (restored in place)."""
-
-    def __init__(self, name: str, obj: Any) -> None:
-        if not isinstance(obj, dict) and not (
-            hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
-        ):
-            raise TypeError(
-                f"cannot checkpoint {name!r}: give a dict or an object with state_dict() and "
-                f"load_state_dict(), not {type(obj).__name__}"
-            )
-        self.name = name
-        self.obj = obj
-
-    def state_dict(self) -> Any:
-        if isinstance(self.obj, dict):
-            return dict(self.obj)
-        return self.obj.state_dict()
-
-    def load_state_dict(self, state: Any) -> None:
-        if isinstance(self.obj, dict):
-            self.obj.clear()
-            self.obj.update(state)
-        else:
-            self.obj.load_state_dict(state)
-
-
-def track(name: str, obj: Any) -> bool:
-    """Include ``obj`` (a dict of the script's own state, or anything with ``state_dict`` and
-    ``load_state_dict``) in every checkpoint under ``name``; True if it was just restored.
-    Every rank should track the same names; rank 0's copy is the one saved.
-
-    Calling it again with the same name (say, in a function run every epoch) is allowed: the
-    same object stays tracked as it is; another object replaces it from then on."""
-    from adl.client_lib.env import context
-
-    ctx = context()
-    current = ctx.state(name)
-    if isinstance(current, Tracked):
-        if current.obj is obj:
-            return False
-        ctx.unregister(name)
-    return ctx.register(Tracked(name, obj))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from adl.client_lib import checkpoint
 from adl.client_lib.restart_cost import RestartClock
 from adl.sched.goodput import BatchBounds, GoodputFunction
 
@@ -205,8 +206,6 @@ class JobContext:
     def save(self, *, background: bool = False) -> Path | None:
         """Collective: every rank calls it; rank 0 writes the checkpoint atomically (on its
         writer thread when ``background``: see :func:`adl.client_lib.checkpoint.save`)."""
-        from adl.client_lib import checkpoint
-
         return checkpoint.save(self, background=background)
 
     # ------------------------------------------------------------------ goodput provider

@@ -35,7 +35,6 @@ import torch.distributed as dist
 from torch import nn
 
 from adl import contract as C
-from adl.client_lib import parallel_state
 from adl.client_lib.context import get_context, has_context
 from adl.client_lib.epoch import declared_epochs_done
 from adl.client_lib.gns import GradientNoiseEstimator
@@ -558,19 +557,50 @@ class AdaptiveDataParallel(nn.Module):
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         return self._model.load_state_dict(state_dict, strict=strict, assign=assign)
 
-    def adaptive_state_dict(self) -> dict[str, Any]:
-        """Everything to resume: model, optimizer, scheduler, scaler, statistics, progress."""
-        return parallel_state.adaptive_state_dict(self)
+    def adaptive_state_dict(self, *, with_weights: bool = True) -> dict[str, Any]:
+        """Everything to resume: model, optimizer, scheduler, scaler, statistics, progress
+        (``with_weights=False``: all but the model and the optimizer, which a sharded job saves
+        through DCP)."""
+        self.gns.publish()
+        if self._tensorboard is not None:  # the scalars so far reach the disk with the checkpoint
+            self._tensorboard.checkpoint(self)
+        state: dict[str, Any] = {
+            "gns": self.gns.state_dict(),
+            "progress": self.progress.state_dict(),
+            "profile": self.profile.state_dict(),
+            "init_batch_size": self._init_batch_size,
+            "sched_ticks": self._scheduler.ticks,
+        }
+        if with_weights:
+            state["model"] = self._model.state_dict()
+            state["optimizer"] = self.optimizer.state_dict()
+        if self.lr_scheduler is not None:
+            state["lr_scheduler"] = self.lr_scheduler.state_dict()
+        if self.grad_scaler is not None:
+            state["grad_scaler"] = self.grad_scaler.state_dict()
+        return state
 
-    def load_adaptive_state_dict(self, state: dict[str, Any]) -> None:
-        parallel_state.load_adaptive_state_dict(self, state)
+    def load_adaptive_state_dict(self, state: dict[str, Any], *, with_weights: bool = True) -> None:
+        if with_weights:
+            self._model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.gns.load_state_dict(state["gns"])
+        self.progress.load_state_dict(state["progress"])
+        self.profile.load_state_dict(state["profile"])
+        if state.get("init_batch_size") is not None:
+            self._init_batch_size = int(state["init_batch_size"])
+        self._scheduler.ticks = int(state.get("sched_ticks", 0))
+        if self.lr_scheduler is not None and "lr_scheduler" in state:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        if self.grad_scaler is not None and "grad_scaler" in state:
+            self.grad_scaler.load_state_dict(state["grad_scaler"])
 
     def _register_checkpoint(self) -> None:
         ctx = self._ctx
         register = getattr(ctx, "register", None) if ctx is not None else None
         if register is None:
             return
-        register(parallel_state.CheckpointState(self))
+        register(_CheckpointState(self))
 
     def _register_goodput_provider(self) -> None:
         ctx = self._ctx
@@ -594,3 +624,17 @@ def device_gpu_type(device: torch.device) -> str:
         return C.normalize_gpu_type(torch.cuda.get_device_name(device))
     except Exception:  # no driver, a device gone: the type is unknown, training goes on
         return ""
+
+
+class _CheckpointState:
+    """Entry of an AdaptiveDataParallel in the job's checkpoint registry."""
+
+    def __init__(self, adp: AdaptiveDataParallel) -> None:
+        self._adp = adp
+        self.name = adp.name
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._adp.adaptive_state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._adp.load_adaptive_state_dict(state)

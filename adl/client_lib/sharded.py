@@ -125,7 +125,7 @@ class AdaptiveShardedDataParallel(AdaptiveDataParallel):
     def _register_checkpoint(self) -> None:
         register = getattr(self._ctx, "register", None) if self._ctx is not None else None
         if register is not None:
-            register(ShardedCheckpointState(self))
+            register(ShardedCheckpointState(self, self._ctx))
 
     @contextlib.contextmanager
     def passthrough(self) -> Iterator[None]:

@@ -29,20 +29,44 @@ import logging
 import shutil
 import time
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from adl.client_lib import checkpoint, parallel_state
+from adl.client_lib import checkpoint
 from adl.client_lib.checkpoint import Completion
+from adl.client_lib.scaling import Progress
 from adl.client_lib.sharded_safe_load import SafeFileSystemReader, SafeLoadPlanner
 
-if TYPE_CHECKING:
-    from adl.client_lib.sharded import AdaptiveShardedDataParallel
+
+class ShardedTraining(Protocol):
+    """What the checkpoint entry reads of the job's
+    :class:`adl.client_lib.sharded.AdaptiveShardedDataParallel`."""
+
+    name: str
+    rank: int
+    world_size: int
+    progress: Progress
+    optimizer: torch.optim.Optimizer
+    #: the sharded model (``fully_shard``), whose state DCP saves
+    module: nn.Module
+
+    def settle(self) -> None: ...
+
+    def passthrough(self) -> AbstractContextManager[None]: ...
+
+    def adaptive_state_dict(self, *, with_weights: bool = True) -> dict[str, Any]: ...
+
+    def load_adaptive_state_dict(
+        self, state: dict[str, Any], *, with_weights: bool = True
+    ) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +125,9 @@ def sweep(directory: Path) -> None:
 class ShardedCheckpointState:
     """Checkpoint registry entry of :class:`AdaptiveShardedDataParallel`."""
 
-    def __init__(self, adp: AdaptiveShardedDataParallel) -> None:
+    def __init__(self, adp: ShardedTraining, ctx: Any) -> None:
         self._adp = adp
+        self._ctx = ctx  # the job's JobContext: where to save, and its background parts
         self.name = adp.name
         self._saved: dict[str, Any] | None = None  # the DCP reference of the save under way
         self._directory: Path | None = None  # the checkpoint directory of that save
@@ -136,7 +161,7 @@ class ShardedCheckpointState:
             self._dcp_state(), checkpoint_id=str(target), process_group=self._background_group
         )
         assert isinstance(future, Future)  # the thread executor with the default stager
-        ctx = self._adp._ctx
+        ctx = self._ctx
         assert ctx is not None  # a save is always the context's (checkpoint.save(ctx))
         ctx.checkpoint_parts.append(future)
         if self._adp.rank != 0:
@@ -156,7 +181,7 @@ class ShardedCheckpointState:
         """Collective: the fresh DCP directory of this save (None: the job has nowhere to save).
         Rank 0 first sweeps directories no checkpoint file refers to; the save before this one
         has committed by then (``checkpoint.save`` waits for it first)."""
-        ctx = self._adp._ctx
+        ctx = self._ctx
         directory = getattr(getattr(ctx, "env", None), "checkpoint_dir", None)
         self._saved = None
         self._adp.settle()  # the last step's statistics are in the estimate that is saved
@@ -179,11 +204,11 @@ class ShardedCheckpointState:
 
     def _dcp_state(self) -> dict[str, Any]:
         with self._adp.passthrough():  # may initialize the optimizer's state with a step
-            model_sd, optim_sd = get_state_dict(self._adp._model, self._adp.optimizer)
+            model_sd, optim_sd = get_state_dict(self._adp.module, self._adp.optimizer)
         return {"model": model_sd, "optim": optim_sd}
 
     def state_dict(self) -> dict[str, Any]:
-        state = parallel_state.adaptive_state_dict(self._adp, with_weights=False)
+        state = self._adp.adaptive_state_dict(with_weights=False)
         if self._saved is None:
             raise RuntimeError(
                 "a sharded checkpoint needs the job's checkpoint directory (ADL_CHECKPOINT_DIR) "
@@ -196,7 +221,7 @@ class ShardedCheckpointState:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ref = state.get(checkpoint.EXTERNAL)
-        ctx = self._adp._ctx
+        ctx = self._ctx
         directory = getattr(getattr(ctx, "env", None), "checkpoint_dir", None)
         if not isinstance(ref, dict) or directory is None:
             raise checkpoint.CheckpointError(
@@ -204,15 +229,15 @@ class ShardedCheckpointState:
             )
         source = Path(directory) / str(ref["dir"])
         with self._adp.passthrough():  # initializes the optimizer's state with a step
-            model_sd, optim_sd = get_state_dict(self._adp._model, self._adp.optimizer)
+            model_sd, optim_sd = get_state_dict(self._adp.module, self._adp.optimizer)
         holder: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         # each rank reads what its shards cover; nothing in the files is run (sharded_safe_load)
         dcp.load(holder, storage_reader=SafeFileSystemReader(source), planner=SafeLoadPlanner())
         set_state_dict(
-            self._adp._model,
+            self._adp.module,
             self._adp.optimizer,
             model_state_dict=holder["model"],
             optim_state_dict=holder["optim"],
         )
-        parallel_state.load_adaptive_state_dict(self._adp, state, with_weights=False)
+        self._adp.load_adaptive_state_dict(state, with_weights=False)
         log.info("restored the sharded model and optimizer from %s", source)

@@ -40,14 +40,34 @@ import os
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from adl import contract as C
-from adl.client_lib.scaling import adascale_gain
+from adl.client_lib.profile import Profile
+from adl.client_lib.scaling import Progress, adascale_gain
 from adl.sched.goodput import GradParams, step_time
 
-if TYPE_CHECKING:
-    from adl.client_lib.parallel import AdaptiveDataParallel
+
+class TrainingView(Protocol):
+    """What the scalars are read from (:class:`adl.client_lib.parallel.AdaptiveDataParallel`)."""
+
+    progress: Progress
+    profile: Profile
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def num_nodes(self) -> int: ...
+
+    @property
+    def init_batch_size(self) -> int: ...
+
+    @property
+    def lr_factors(self) -> list[float]: ...
+
+    def grad_params(self, wait: bool = False) -> GradParams | None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +158,7 @@ class TensorBoardScalars:
 
     # ------------------------------------------------------------------ called by the wrapper
 
-    def after_step(self, adp: AdaptiveDataParallel, batch: int, local: int, micro: int) -> None:
+    def after_step(self, adp: TrainingView, batch: int, local: int, micro: int) -> None:
         """Once per optimizer step, after the progress advanced; writes every ``every`` steps."""
         step = adp.progress.steps
         if self._last is None:
@@ -147,7 +167,7 @@ class TensorBoardScalars:
         if step % self.every == 0:
             self._write(adp, step)
 
-    def checkpoint(self, adp: AdaptiveDataParallel) -> None:
+    def checkpoint(self, adp: TrainingView) -> None:
         """At a checkpoint: a point at the saved step (if not written yet), then flush."""
         step = adp.progress.steps
         if self._last is not None and step != self._written_step:
@@ -170,7 +190,7 @@ class TensorBoardScalars:
         self._writer = self._writer_class(log_dir=str(self.directory), purge_step=purge)
         return self._writer
 
-    def _write(self, adp: AdaptiveDataParallel, step: int) -> None:
+    def _write(self, adp: TrainingView, step: int) -> None:
         assert self._last is not None
         writer = self._writer or self._open()
         batch, local, accum = self._last
@@ -197,7 +217,7 @@ class TensorBoardScalars:
         self._written_step = step
 
     def _goodput(
-        self, adp: AdaptiveDataParallel, grad: GradParams, scale: float, local: int, accum: int
+        self, adp: TrainingView, grad: GradParams, scale: float, local: int, accum: int
     ) -> float | None:
         """Scale-invariant steps per second at the step's configuration (None while unknown)."""
         if self._goodput_failed:

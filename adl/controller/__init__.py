@@ -8,6 +8,7 @@
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.env import WorkerSite, group_env, node_slots, worker_env
+from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import (
     EXIT_STOPPED,
     ObservedWorkers,
@@ -17,7 +18,7 @@ from adl.controller.lifecycle import (
     step,
     teardown,
 )
-from adl.controller.rounds import JobRecord, RoundResult, job_info, plan_round, run_round
+from adl.controller.rounds import RoundResult, job_info, plan_round, run_round
 
 __all__ = [
     "EXIT_STOPPED",

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers
-from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobStatus, Condition
 from adl.sched.types import NodeInfo
 

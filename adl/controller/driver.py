@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
 from adl.controller.backend import WorkerBackend
 from adl.controller.history import CompletedWork
+from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import Timing, set_condition, step
 from adl.controller.rounds import (
-    JobRecord,
     RoundLog,
     RoundResult,
     SpeedupCache,

@@ -21,15 +21,13 @@ import logging
 import posixpath
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from adl.controller.job_record import JobRecord
 from adl.models import MAX_JOB_KIND, AdaptiveJobSpec, Phase
 from adl.sched.hints import done_seconds
 from adl.sched.types import SpeedupFn
 from adl.sched.work_history import WorkHistory
-
-if TYPE_CHECKING:  # rounds imports this module; the record type is only annotated here
-    from adl.controller.rounds import JobRecord
 
 log = logging.getLogger("adl.controller")
 

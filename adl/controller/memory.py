@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers
-from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobStatus, Condition, Hints
 from adl.sched.types import NodeInfo
 

@@ -16,8 +16,9 @@ from datetime import datetime
 import numpy as np
 
 from adl.controller.history import CompletedWork, job_kind
+from adl.controller.job_record import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
-from adl.sched.decisions import Decision, Hold, explain
+from adl.sched.decisions import Decision, ExplainsHolds, Hold, explain
 from adl.sched.gpu_types import one_type_per_job
 from adl.sched.hints import (
     min_replicas_from_hints,
@@ -27,7 +28,6 @@ from adl.sched.hints import (
 )
 from adl.sched.types import (
     Allocation,
-    ExplainsHolds,
     JobInfo,
     NodeInfo,
     Policy,
@@ -37,25 +37,6 @@ from adl.sched.types import (
 
 #: Restart cost assumed before a job has measured its own (seconds).
 DEFAULT_RESTART_COST_S = 30.0
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """What a backend keeps about one job: enough for the round and for the lifecycle."""
-
-    key: str  # namespace/name
-    spec: AdaptiveJobSpec
-    status: AdaptiveJobStatus
-    created: datetime
-    desired: list[str] | None = None  # the scheduler's latest answer; None before any round
-    #: the most replicas an outside quota manager admitted (Kueue: ``adl.operator.kueue``);
-    #: 0 while it admits none (the job sits out), None when no quota manager decides
-    ceiling: int | None = None
-    #: why that manager admits none now (the job's wait reason while ``ceiling`` is 0)
-    quota_wait: str | None = None
-    #: the only nodes the job may run on (Kueue: the nodes of its admitted flavor), or None:
-    #: any node of the round
-    nodes: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

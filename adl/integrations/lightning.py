@@ -35,10 +35,10 @@ from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 
-from adl.client_lib.checkpoint import track
 from adl.client_lib.env import context
 from adl.client_lib.epoch import epoch_state
 from adl.client_lib.parallel import AdaptiveDataParallel
+from adl.client_lib.tracked import track
 from adl.integrations.common import step_seed
 
 __all__ = ["AdaptiveCallback", "AdaptiveStrategy", "HistoryLogger"]

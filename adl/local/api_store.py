@@ -7,7 +7,7 @@ import contextlib
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adl.api.auth import find_owner
 from adl.api.store import JobSnapshot, UnknownJob
@@ -16,9 +16,6 @@ from adl.controller.liveness import ProgressBook
 from adl.local.private import write_private
 from adl.local.store import JobNotFound, Store
 from adl.models import GroupInfo, Heartbeat, Hints
-
-if TYPE_CHECKING:
-    from adl.local.daemon import Daemon
 
 
 class LocalApiStore:
@@ -86,17 +83,21 @@ class LocalApiStore:
         return self.store.probe_write() is None
 
 
-def build_app(daemon: Daemon) -> Any:
-    """The FastAPI app of ``adl.api`` bound to the daemon's state."""
+def build_app(store: Store, progress: ProgressBook, home: Path) -> tuple[Any, Any]:
+    """The FastAPI app of ``adl.api`` over the daemon's state (its SQLite ``store``, the
+    heartbeats its loop reads, its ``home``), and the metrics the daemon's rounds feed."""
     from adl.api.app import create_app
     from adl.api.metrics import AdlMetrics
 
-    daemon.metrics = AdlMetrics()
-    store = LocalApiStore(daemon.store, daemon.progress)
+    metrics = AdlMetrics()
     # The API listens on loopback, where every local user reaches it: job names in /metrics
     # only for a scrape bearing the token kept 0600 in the state directory.
-    token = metrics_token(daemon.home)
-    return create_app(store, metrics=daemon.metrics, title="adl local", metrics_token=lambda: token)
+    token = metrics_token(home)
+    app = create_app(
+        LocalApiStore(store, progress), metrics=metrics, title="adl local",
+        metrics_token=lambda: token,
+    )  # fmt: skip
+    return app, metrics
 
 
 #: the file in the state directory holding the bearer token of /metrics' per-job families

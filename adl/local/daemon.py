@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,15 +32,16 @@ from typing import Any
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.driver import Driver, execute
 from adl.controller.history import CompletedWork
+from adl.controller.job_record import JobRecord as RoundJob
 from adl.controller.lifecycle import ObservedWorkers, Timing, teardown
 from adl.controller.liveness import ProgressBook
-from adl.controller.rounds import JobRecord as RoundJob
 from adl.controller.rounds import RoundResult
 from adl.local.api_server import LocalApi
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
 from adl.local.gpus import detect_gpu_types, detect_gpus, node_gpu_type, visible_gpus
 from adl.local.groups import WorkerGroups
 from adl.local.private import create_private, make_private_home, private_umask, write_private
+from adl.local.settings import Settings
 from adl.local.store import JobRecord, StateUnreadable, Store, default_home
 from adl.models import AdaptiveJobStatus, Condition, Phase
 from adl.sched import registry
@@ -52,21 +53,6 @@ __all__ = ["Daemon", "DaemonRunning", "Settings", "detect_gpus", "main"]
 log = logging.getLogger("adl.local")
 
 NODE = "local"
-
-
-@dataclass
-class Settings:
-    home: Path
-    slots: int = 4
-    gpus: int = 0  # > 0: slots are GPUs, each group gets CUDA_VISIBLE_DEVICES
-    round_s: float = 5.0
-    tick_s: float = 0.2
-    api: bool = True
-    timing: Timing = field(default_factory=Timing)
-    kill_margin_s: float = 5.0  # SIGKILL the group this long after its grace period
-    prewarm: bool = True  # CPU slots: keep the next group's shim ready (torch imported)
-    #: the type of each GPU slot (``adl.local.gpus.detect_gpu_types``); none for CPU slots
-    gpu_types: tuple[str, ...] = ()
 
 
 class DaemonRunning(RuntimeError):
@@ -187,7 +173,8 @@ class Daemon:
         except ImportError as err:  # the API package is optional for the daemon
             log.warning("API disabled: %s", err)
             return
-        self.api.start(build_app(self), self.store.get_meta("api_url"))
+        app, self.metrics = build_app(self.store, self.progress, self.home)
+        self.api.start(app, self.store.get_meta("api_url"))
         self.groups.api_url = self.api.url
 
     # ------------------------------------------------------------------ state

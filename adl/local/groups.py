@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adl.contract import CLEAN_EXITS, ENV_MASTER_PORT
 from adl.controller.actions import CreateGroup
@@ -28,10 +28,8 @@ from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
 from adl.local import processes as P
 from adl.local.gpus import gpu_ids
 from adl.local.private import make_private_dir, write_private
+from adl.local.settings import Settings
 from adl.local.store import GroupRecord, JobRecord, Store
-
-if TYPE_CHECKING:
-    from adl.local.daemon import Settings
 
 log = logging.getLogger("adl.local")
 

@@ -18,11 +18,15 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from adl.local.private import private_umask, write_private
 from adl.supervisor import DEFAULT_GRACE_S, RankProcess, RankSpec, Supervisor
+
+#: starts one rank instead of a new process (None: the supervisor starts it as usual)
+Spawn = Callable[[RankSpec], RankProcess | None]
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -43,9 +47,10 @@ def write_atomic(path: Path, text: str) -> None:
     write_private(path, text)
 
 
-def run(plan: dict[str, Any], fork: bool = False) -> int:
-    """Run one group to its end and record the ranks' exit codes. ``fork``: this is a warm
-    shim (:mod:`adl.local.warm`), so ranks that run a Python script are forked from it."""
+def run(plan: dict[str, Any], spawn: Spawn | None = None) -> int:
+    """Run one group to its end and record the ranks' exit codes. ``spawn``: how a rank is
+    started when not as a new process (a warm shim forks the ranks that run a Python script:
+    :func:`adl.local.warm.spawn_forked`)."""
     pid = os.getpid()
     write_atomic(Path(plan["pidfile"]), f"{pid} {proc_start_ticks(pid) or 0}\n")
     cwd = plan.get("cwd") or None
@@ -53,14 +58,6 @@ def run(plan: dict[str, Any], fork: bool = False) -> int:
         RankSpec(int(r["rank"]), list(r["argv"]), dict(r["env"]), cwd, str(r["log"]))
         for r in plan["ranks"]
     ]
-    spawn = None
-    if fork:
-        from adl.local.warm import fork_rank
-
-        def spawn(spec: RankSpec) -> RankProcess | None:
-            assert spec.log is not None
-            return fork_rank(list(spec.argv), dict(spec.env), spec.cwd, spec.log)
-
     supervisor = Supervisor(
         specs, grace_s=float(plan.get("grace_s", DEFAULT_GRACE_S)), to_terminal=False, spawn=spawn
     )
@@ -91,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     # under a daemon that did not set the umask itself (one run in a test's thread)
     private_umask()
     if len(args) == 2 and args[0] == "--warm":
-        from adl.local.warm import wait_and_run
+        from adl.local.warm import spawn_forked, wait_and_run
 
-        return wait_and_run(Path(args[1]))
+        return wait_and_run(Path(args[1]), lambda plan: run(plan, spawn=spawn_forked))
     if len(args) != 1:
         print("usage: python -m adl.local.shim PLAN.json | --warm GROUPS_DIR", file=sys.stderr)
         return 2

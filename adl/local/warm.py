@@ -28,8 +28,12 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from adl.local.private import write_private
+from adl.supervisor import RankProcess, RankSpec
 
 #: Modules a warm shim loads before it is needed (those that are missing are skipped).
 PRELOAD = (
@@ -222,19 +226,25 @@ def _record_stopped(go: Path, plan: dict[str, Any] | None = None) -> None:
             plan = json.loads(Path(go.read_text().strip()).read_text())
         except (OSError, ValueError):
             return
-    from adl.local.shim import write_atomic
-
     codes = [-signal.SIGTERM] * len(plan.get("ranks", []))
-    write_atomic(
+    write_private(
         Path(plan["result"]),
         json.dumps({"codes": codes, "started": time.time(), "ended": time.time(),
                     "failure": "", "killed": False}),
     )  # fmt: skip
 
 
-def wait_and_run(folder: Path) -> int:
+def spawn_forked(spec: RankSpec) -> RankProcess | None:
+    """How a warm shim starts a rank (:func:`adl.local.shim.run`'s ``spawn``): forked from this
+    process when it runs a Python script (:func:`fork_rank`)."""
+    assert spec.log is not None
+    return fork_rank(list(spec.argv), dict(spec.env), spec.cwd, spec.log)
+
+
+def wait_and_run(folder: Path, run_group: Callable[[dict[str, Any]], int]) -> int:
     """The warm shim: preload, then wait for ``warm-PID.go`` (the path of the group's plan) and
-    run that group with forked ranks; exit quietly when nobody claims it."""
+    run that group with ``run_group`` (the shim's run, with forked ranks); exit quietly when
+    nobody claims it."""
     pidfile, go = folder / f"warm-{os.getpid()}.pid", folder / f"warm-{os.getpid()}.go"
     stop = _StopOnTerm()
     signal.signal(signal.SIGTERM, stop)
@@ -254,13 +264,15 @@ def wait_and_run(folder: Path) -> int:
         os._exit(0)
     stop.interrupt = True
     try:
-        return _wait(pidfile, go, stop)
+        return _wait(pidfile, go, stop, run_group)
     except _Stopped:
         _record_stopped(go)
         return 0
 
 
-def _wait(pidfile: Path, go: Path, stop: _StopOnTerm) -> int:
+def _wait(
+    pidfile: Path, go: Path, stop: _StopOnTerm, run_group: Callable[[dict[str, Any]], int]
+) -> int:
     started = time.monotonic()
     deadline = started + WAIT_S
     while time.monotonic() < deadline:
@@ -276,12 +288,10 @@ def _wait(pidfile: Path, go: Path, stop: _StopOnTerm) -> int:
             time.sleep(0.02)
             continue
         plan = json.loads(Path(plan_path).read_text())
-        from adl.local.shim import run
-
         pidfile.unlink(missing_ok=True)  # from here on this process is the group's shim
         go.unlink(missing_ok=True)
         try:
-            return run(plan, fork=True)  # installs the group's own SIGTERM handler first
+            return run_group(plan)  # installs the group's own SIGTERM handler first
         except _Stopped:
             _record_stopped(go, plan)
             return 0

@@ -26,9 +26,9 @@ from kubernetes.client.exceptions import ApiException
 from adl.api.auth import token_digest
 from adl.contract import LABEL_GPU_PRODUCT, JobKey
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers, Timing
 from adl.controller.liveness import ProgressBook
-from adl.controller.rounds import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
 from adl.operator.kueue import Admission, FlavorError, flavor_pool, queue_of

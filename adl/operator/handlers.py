@@ -28,9 +28,10 @@ from pydantic import ValidationError
 
 from adl.controller.actions import CreateGroup, SetStatus
 from adl.controller.driver import Driver, execute
+from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import starting_message, teardown
 from adl.controller.liveness import ProgressBook, judge
-from adl.controller.rounds import JobRecord, RoundResult
+from adl.controller.rounds import RoundResult
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import backend as B
 from adl.operator import event_posting

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from adl.contract import LABEL_GPU_PRODUCT, SPOT_NODE_LABELS, JobKey, normalize_gpu_type
-from adl.controller.rounds import JobRecord
+from adl.controller.job_record import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
 from adl.operator.taints import Toleration, tolerates_node

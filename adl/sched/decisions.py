@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
-from adl.sched.types import JobInfo
+from adl.sched.types import JobInfo, NodeInfo
 
 #: the Event reason of an allocation change
 REASON = "Rescheduled"
@@ -329,3 +330,19 @@ class Hold:
                 f"kind {self.predicted_kind}"
             )
         return f"{text} ({'; '.join(why)})"
+
+
+@runtime_checkable
+class ExplainsHolds(Protocol):
+    """Capability: the policy can say why it left a job at its size while GPUs stayed free
+    beside it (``adl describe``: ``not grown: ...``). ``allocation`` is its answer for these
+    ``jobs``, ``nodes`` and ``previous``; the answer holds a ``Hold`` for each job it kept as
+    it was, below its maximum, with enough GPUs left free to grow it."""
+
+    def explain_holds(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous: Mapping[str, list[str]],
+        allocation: Mapping[str, list[str]],
+    ) -> dict[str, Hold]: ...

@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-
-if TYPE_CHECKING:
-    from adl.sched.decisions import Hold
 
 #: job name -> one node name per replica (GPU). A job absent or with [] holds no GPUs.
 Allocation = dict[str, list[str]]
@@ -118,19 +115,3 @@ class RanksByPredictedRemaining(Protocol):
     without it (the baselines), or one that turned it off, never read it."""
 
     def ranks_by_predicted_remaining(self) -> bool: ...
-
-
-@runtime_checkable
-class ExplainsHolds(Protocol):
-    """Capability: the policy can say why it left a job at its size while GPUs stayed free
-    beside it (``adl describe``: ``not grown: ...``). ``allocation`` is its answer for these
-    ``jobs``, ``nodes`` and ``previous``; the answer holds a ``Hold`` for each job it kept as
-    it was, below its maximum, with enough GPUs left free to grow it."""
-
-    def explain_holds(
-        self,
-        jobs: Sequence[JobInfo],
-        nodes: Sequence[NodeInfo],
-        previous: Mapping[str, list[str]],
-        allocation: Mapping[str, list[str]],
-    ) -> dict[str, Hold]: ...

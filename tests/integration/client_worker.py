@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 import adl
-from adl.client_lib.checkpoint import track
+from adl.client_lib.tracked import track
 
 
 class Indexed(Dataset[tuple[int, torch.Tensor, torch.Tensor]]):

@@ -22,7 +22,8 @@ from adl.api.metrics import AdlMetrics
 from adl.api.store import JobSnapshot
 from adl.cli.render import describe_text, job_object, jobs_table
 from adl.cli.submit import manifest
-from adl.controller.rounds import JobRecord, SpeedupCache, plan_round
+from adl.controller.job_record import JobRecord
+from adl.controller.rounds import SpeedupCache, plan_round
 from adl.controller.status_hints import current_goodput
 from adl.jobs_api import JobView
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase

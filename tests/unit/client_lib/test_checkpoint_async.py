@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from adl.client_lib import checkpoint
-from adl.client_lib.checkpoint import CheckpointFenced, claim, load, track
+from adl.client_lib.checkpoint import CheckpointFenced, claim, load
 from adl.client_lib.checkpoint_async import BackgroundWriter, background_saves_from_env, snapshot
 from adl.client_lib.context import JobContext
+from adl.client_lib.tracked import track
 
 MakeContext = Callable[..., JobContext]
 

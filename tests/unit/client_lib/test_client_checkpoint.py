@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from adl.client_lib import checkpoint
-from adl.client_lib.checkpoint import CheckpointError, checkpoint_path, load, track, write
+from adl.client_lib.checkpoint import CheckpointError, checkpoint_path, load, write
 from adl.client_lib.context import JobContext
+from adl.client_lib.tracked import Tracked, track
 
 MakeContext = Callable[..., JobContext]
 
@@ -97,7 +98,7 @@ def test_registry_saves_and_restores_tracked_objects(make_context: MakeContext) 
     assert track("model", model) is False  # nothing to restore on a fresh start
     assert track("optimizer", opt) is False
     with pytest.raises(ValueError, match="already registered"):
-        ctx.register(checkpoint.Tracked("model", model))
+        ctx.register(Tracked("model", model))
     model(torch.randn(4, 3)).sum().backward()
     opt.step()
     expected = {k: v.clone() for k, v in model.state_dict().items()}

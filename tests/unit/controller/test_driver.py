@@ -20,8 +20,8 @@ import pytest
 from kube_objects import KubeObjects
 
 from adl.controller.driver import Driver
+from adl.controller.job_record import JobRecord
 from adl.controller.memory import MemoryBackend
-from adl.controller.rounds import JobRecord
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,

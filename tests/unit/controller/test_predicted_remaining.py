@@ -21,8 +21,8 @@ from kube_objects import KubeObjects
 
 from adl.controller.driver import Driver
 from adl.controller.history import CompletedWork, job_kind
+from adl.controller.job_record import JobRecord
 from adl.controller.memory import MemoryBackend
-from adl.controller.rounds import JobRecord
 from adl.models import (
     MAX_JOB_KIND,
     AdaptiveJobSpec,

@@ -16,8 +16,9 @@ import pytest
 from numpy.typing import ArrayLike, NDArray
 
 from adl.controller.driver import Driver
+from adl.controller.job_record import JobRecord
 from adl.controller.memory import MemoryBackend
-from adl.controller.rounds import JobRecord, SpeedupCache, plan_round
+from adl.controller.rounds import SpeedupCache, plan_round
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.policy import AdlPolicy
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn

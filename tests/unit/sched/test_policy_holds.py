@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from adl.sched.decisions import HELD_MARGIN, HELD_NO_FASTER, HELD_RESTART
+from adl.sched.decisions import HELD_MARGIN, HELD_NO_FASTER, HELD_RESTART, ExplainsHolds
 from adl.sched.policy import AdlPolicy
-from adl.sched.types import ExplainsHolds, JobInfo, NodeInfo
+from adl.sched.types import JobInfo, NodeInfo
 
 NODES = [NodeInfo("n0", 4)]
 
