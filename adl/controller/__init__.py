@@ -18,7 +18,7 @@ from adl.controller.lifecycle import (
     step,
     teardown,
 )
-from adl.controller.rounds import RoundResult, job_info, plan_round, run_round
+from adl.controller.rounds import RoundResult, job_info, plan_round, timed_plan_round
 
 __all__ = [
     "EXIT_STOPPED",
@@ -38,8 +38,8 @@ __all__ = [
     "job_info",
     "node_slots",
     "plan_round",
-    "run_round",
     "step",
     "teardown",
+    "timed_plan_round",
     "worker_env",
 ]

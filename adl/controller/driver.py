@@ -31,7 +31,7 @@ from adl.controller.rounds import (
     RoundResult,
     SpeedupCache,
     accrue_service,
-    run_round,
+    timed_plan_round,
 )
 from adl.models import Condition
 from adl.sched.decisions import REASON
@@ -110,7 +110,9 @@ class Driver:
         jobs = self._accrue(list(self.backend.round_jobs()))
         nodes = list(self.backend.round_nodes())
         self.completed.record(jobs)
-        result = run_round(self.policy, jobs, nodes, now, self.speedups, self.completed, self.unit)
+        result = timed_plan_round(
+            self.policy, jobs, nodes, now, self.speedups, self.completed, self.unit
+        )
         self.rounds.add(result)
         if self.on_round is not None:
             self.on_round(result)

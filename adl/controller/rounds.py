@@ -2,7 +2,7 @@
 
 ``job_info`` turns one job's spec and status (its hints included, via ``adl.sched.hints``) into
 the ``JobInfo`` the policy reads; ``plan_round`` calls any object with the ``Policy`` protocol
-and reports which jobs' desired allocations changed. Both are pure; ``run_round`` is the tiny
+and reports which jobs' desired allocations changed. Both are pure; ``timed_plan_round`` is the tiny
 driver that also measures how long the policy took (for the round-latency histogram).
 """
 
@@ -44,7 +44,7 @@ class RoundResult:
     allocation: Allocation  # every participating job -> nodes (possibly [])
     changed: dict[str, list[str]]  # only the jobs whose desired allocation differs
     jobs: int = 0
-    duration_s: float = 0.0  # policy time (set by run_round)
+    duration_s: float = 0.0  # policy time (set by timed_plan_round)
     #: why each changed job's answer changed (jobs that finished or were suspended have none)
     decisions: dict[str, Decision] = field(default_factory=dict)
     #: jobs left out of this round because their own data broke it -> why (they keep what
@@ -391,7 +391,7 @@ def _reported(hints: Hints | None) -> bool:
     return hints is not None and hints.perf_params is not None
 
 
-def run_round(
+def timed_plan_round(
     policy: Policy,
     jobs: Sequence[JobRecord],
     nodes: Sequence[NodeInfo],

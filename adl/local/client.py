@@ -24,9 +24,9 @@ from adl.local.store import (
     JobExists,
     JobFinished,
     JobNotFound,
-    JobRecord,
     StateUnreadable,
     Store,
+    StoredJob,
     default_home,
     job_key,
 )
@@ -181,7 +181,7 @@ def kill_workers(home: Path) -> int:
     return killed
 
 
-def view(rec: JobRecord, events: bool = False, store: Store | None = None) -> JobView:
+def view(rec: StoredJob, events: bool = False, store: Store | None = None) -> JobView:
     evs: list[str] = []
     if events and store is not None:
         for e in store.events(rec.key):
@@ -308,7 +308,7 @@ class LocalBackend:
         # with no daemon nothing updates the state: the log is complete once no worker runs
         return not self.daemon_running() and not self._workers_alive(rec)
 
-    def _workers_alive(self, rec: JobRecord) -> bool:
+    def _workers_alive(self, rec: StoredJob) -> bool:
         from adl.local.processes import group_alive, read_pidfile
 
         groups = GroupPaths.for_job(self.home, rec.namespace, rec.name).root / "groups"

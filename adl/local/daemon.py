@@ -32,7 +32,7 @@ from typing import Any
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.driver import Driver, execute
 from adl.controller.history import CompletedWork
-from adl.controller.job_record import JobRecord as RoundJob
+from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers, Timing, teardown
 from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import RoundResult
@@ -42,7 +42,7 @@ from adl.local.gpus import detect_gpu_types, detect_gpus, node_gpu_type, visible
 from adl.local.groups import WorkerGroups
 from adl.local.private import create_private, make_private_home, private_umask, write_private
 from adl.local.settings import Settings
-from adl.local.store import JobRecord, StateUnreadable, Store, default_home
+from adl.local.store import StateUnreadable, Store, StoredJob, default_home
 from adl.models import AdaptiveJobStatus, Condition, Phase
 from adl.sched import registry
 from adl.sched.policy_knobs import parse_knobs
@@ -59,10 +59,10 @@ class DaemonRunning(RuntimeError):
     """Another daemon holds this state directory's lock."""
 
 
-def _round_job(rec: JobRecord) -> RoundJob:
+def _round_job(rec: StoredJob) -> JobRecord:
     """The controller's view of a stored job (the status with the last hints merged in)."""
     created = datetime.fromtimestamp(rec.created, UTC)
-    return RoundJob(rec.key, rec.spec, rec.status_with_hints(), created, rec.desired)
+    return JobRecord(rec.key, rec.spec, rec.status_with_hints(), created, rec.desired)
 
 
 class Daemon:
@@ -77,7 +77,7 @@ class Daemon:
         self.capacity = settings.gpus or settings.slots
         #: the GPU type of the one local node ("" for CPU slots, unknown or mixed GPUs)
         self.gpu_type = node_gpu_type(list(settings.gpu_types)) if settings.gpus else ""
-        self.jobs: dict[str, JobRecord] = {}
+        self.jobs: dict[str, StoredJob] = {}
         #: the ranks' heartbeats, written by the API thread (hung-rank detection)
         self.progress = ProgressBook()
         self.groups = WorkerGroups(settings, self.store, self.jobs)
@@ -200,20 +200,20 @@ class Daemon:
 
     # ------------------------------------------------------------------ WorkerBackend
 
-    def observe(self, job: RoundJob) -> ObservedWorkers:
+    def observe(self, job: JobRecord) -> ObservedWorkers:
         observed = self.groups.observe(self.jobs[job.key])
         return replace(observed, progress=self.progress.snapshot(job.key))
 
-    def set_status(self, job: RoundJob, status: AdaptiveJobStatus) -> None:
+    def set_status(self, job: JobRecord, status: AdaptiveJobStatus) -> None:
         self.store.set_status(job.key, status)
         self.jobs[job.key].status = status.model_copy()
 
-    def create_group(self, job: RoundJob, action: CreateGroup) -> None:
+    def create_group(self, job: JobRecord, action: CreateGroup) -> None:
         # a launch that must wait (slots still held by another job's group) is retried at the
         # next tick: the lifecycle re-issues CreateGroup for the missing replicas
         self.groups.launch(self.jobs[job.key], action)
 
-    def delete_group(self, job: RoundJob, action: DeleteGroup) -> None:
+    def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
         rec = self.jobs[job.key]
         self.groups.stop_group(rec, action.group, action.grace_s)
         if rec.desired and not rec.deleted and not rec.status.phase.finished:
@@ -222,7 +222,7 @@ class Daemon:
     def emit_event(self, job: str, event: EmitEvent) -> None:
         self.store.add_event(job, event.type, event.reason, event.message)
 
-    def round_jobs(self) -> list[RoundJob]:
+    def round_jobs(self) -> list[JobRecord]:
         return [_round_job(r) for r in self.jobs.values() if not r.deleted]
 
     def round_nodes(self) -> list[NodeInfo]:
@@ -268,7 +268,7 @@ class Daemon:
         now = datetime.now(UTC)
         for rec in list(self.jobs.values()):
             try:
-                self.step_job(rec, now)
+                self._step_stored_job(rec, now)
                 self._step_errors.pop(rec.key, None)
             except Exception as err:  # one job's trouble must not stop the others
                 if self._step_errors.get(rec.key) != repr(err):  # once per new error, not per tick
@@ -281,7 +281,7 @@ class Daemon:
         if self.reload():  # a user's write that landed during the round wants one of its own
             self._round_due = True
 
-    def step_job(self, rec: JobRecord, now: datetime) -> None:
+    def _step_stored_job(self, rec: StoredJob, now: datetime) -> None:
         if rec.deleted or rec.status.phase.finished:
             self.groups.drop_warm(rec)
         if rec.deleted:
@@ -302,7 +302,7 @@ class Daemon:
         ):
             self.groups.prewarm(rec)  # an elastic job will be resized: keep its next shim ready
 
-    def _tear_down(self, rec: JobRecord) -> None:
+    def _tear_down(self, rec: StoredJob) -> None:
         """A deleted job: stop its groups; once none is left, remove every trace of it."""
         job = _round_job(rec)
         observed = self.groups.observe(rec)
@@ -318,7 +318,7 @@ class Daemon:
             self.progress.forget(rec.key)
             self._round_due = True
 
-    def _tell_if_unfit(self, rec: JobRecord) -> None:
+    def _tell_if_unfit(self, rec: StoredJob) -> None:
         """Say once why a pending job can never start here (it was submitted to a daemon with
         more slots); the scheduler alone would leave it waiting in silence."""
         why = cannot_fit(rec.spec, self.capacity, self.gpu_type)

@@ -29,7 +29,7 @@ from adl.local import processes as P
 from adl.local.gpus import gpu_ids
 from adl.local.private import make_private_dir, write_private
 from adl.local.settings import Settings
-from adl.local.store import GroupRecord, JobRecord, Store
+from adl.local.store import GroupRecord, Store, StoredJob
 
 log = logging.getLogger("adl.local")
 
@@ -45,7 +45,7 @@ ORPHAN_KILL_S = 5.0
 class WorkerGroups:
     """Every job's worker groups on this machine (``jobs``: the daemon's view of the jobs)."""
 
-    def __init__(self, settings: Settings, store: Store, jobs: Mapping[str, JobRecord]) -> None:
+    def __init__(self, settings: Settings, store: Store, jobs: Mapping[str, StoredJob]) -> None:
         self.s = settings
         self.home = settings.home
         self.store = store
@@ -64,7 +64,7 @@ class WorkerGroups:
             del self._unstarted[unstarted]
         self._warm_after.pop(key, None)
 
-    def warm_due(self, rec: JobRecord) -> bool:
+    def warm_due(self, rec: StoredJob) -> bool:
         """Whether a running elastic job should get its next warm shim now."""
         return rec.key not in self._warm and time.monotonic() >= self._warm_after.get(rec.key, 0.0)
 
@@ -78,7 +78,7 @@ class WorkerGroups:
             with contextlib.suppress(Exception):
                 proc.poll()
 
-    def paths(self, rec: JobRecord) -> P.GroupPaths:
+    def paths(self, rec: StoredJob) -> P.GroupPaths:
         return P.GroupPaths.for_job(self.home, rec.namespace, rec.name)
 
     def recover(self) -> None:
@@ -115,12 +115,12 @@ class WorkerGroups:
                     self.stop_group(rec, g, rec.spec.termination_grace_period_seconds)
 
     @staticmethod
-    def _owner(rec: JobRecord) -> dict[str, Any]:
+    def _owner(rec: StoredJob) -> dict[str, Any]:
         # key, seq and submission time: a job submitted again after a reset of the database
         # gets the same key and maybe the same seq, never the same time
         return {"job": rec.key, "seq": rec.seq, "created": rec.created}
 
-    def owns(self, rec: JobRecord) -> bool:
+    def owns(self, rec: StoredJob) -> bool:
         """Whether the job's directory (if any) is this job's and not a predecessor's."""
         paths = self.paths(rec)
         if not paths.root.exists():
@@ -136,7 +136,7 @@ class WorkerGroups:
             return not paths.recorded_groups()
         return hmac.compare_digest(token.encode(), rec.token.encode())
 
-    def claim(self, rec: JobRecord) -> None:
+    def claim(self, rec: StoredJob) -> None:
         """Before the job's first group or warm shim: the directory is this job's (a
         predecessor's is moved aside first) and says so."""
         paths = self.paths(rec)
@@ -188,7 +188,7 @@ class WorkerGroups:
             dest,
         )
 
-    def _restore_group_row(self, rec: JobRecord, group: int, proc: P.GroupProcess) -> None:
+    def _restore_group_row(self, rec: StoredJob, group: int, proc: P.GroupProcess) -> None:
         """Record a live group the previous daemon launched but was killed before recording:
         the slot gate and the SIGKILL escalation know groups only from the table."""
         plan_path = self.paths(rec).plan(group)
@@ -210,7 +210,7 @@ class WorkerGroups:
             )
         )
 
-    def observe(self, rec: JobRecord) -> ObservedWorkers:
+    def observe(self, rec: StoredJob) -> ObservedWorkers:
         """Every replica of every recorded group, from the shims' files."""
         paths = self.paths(rec)
         out: list[ReplicaState] = []
@@ -259,11 +259,11 @@ class WorkerGroups:
         tail = P.group_last_line(paths.log(rank), group, rank)
         return f"rank {rank} {what}" + (f": {tail}" if tail else "")
 
-    def _group_size(self, rec: JobRecord, group: int) -> int:
+    def _group_size(self, rec: StoredJob, group: int) -> int:
         plan = P.read_json(self.paths(rec).plan(group))
         return len(plan.get("ranks", [])) if plan else 0
 
-    def _record_end(self, rec: JobRecord, group: int, codes: list[int], ended: float) -> None:
+    def _record_end(self, rec: StoredJob, group: int, codes: list[int], ended: float) -> None:
         self.store.end_group(rec.key, group, codes, ended)
 
     def live_slots(self, exclude: str | None = None) -> tuple[int, set[int]]:
@@ -281,7 +281,7 @@ class WorkerGroups:
                 devices.update(g.devices)
         return used, devices
 
-    def launch(self, rec: JobRecord, action: CreateGroup) -> bool:
+    def launch(self, rec: StoredJob, action: CreateGroup) -> bool:
         """Start the group unless its slots are still held by another job's group (then the
         next tick retries: the lifecycle re-issues CreateGroup for missing replicas). A group
         whose files cannot be written is observed as a failed start from then on."""
@@ -319,7 +319,7 @@ class WorkerGroups:
         return True
 
     def _spawn(
-        self, rec: JobRecord, action: CreateGroup, devices: list[int]
+        self, rec: StoredJob, action: CreateGroup, devices: list[int]
     ) -> tuple[P.GroupProcess, subprocess.Popen[bytes] | None, int]:
         """Write the group's files and start its shim (or hand the plan to the warm one):
         the shim, the Popen to reap it, the rendezvous port."""
@@ -366,7 +366,7 @@ class WorkerGroups:
             child = warm[1]  # the warm shim became this group's shim
         return proc, child, port
 
-    def prewarm(self, rec: JobRecord) -> None:
+    def prewarm(self, rec: StoredJob) -> None:
         """Start the job's next shim now, importing torch while the old group checkpoints."""
         from adl.local.warm import script_of
 
@@ -385,7 +385,7 @@ class WorkerGroups:
         except OSError as err:
             log.warning("no warm start for %s: %s", rec.key, err)
 
-    def drop_warm(self, rec: JobRecord) -> None:
+    def drop_warm(self, rec: StoredJob) -> None:
         warm = self._warm.pop(rec.key, None)
         if warm is not None:
             P.drop_warm(self.paths(rec), warm[0])
@@ -408,7 +408,7 @@ class WorkerGroups:
             env["OMP_NUM_THREADS"] = str(max(cpus // max(self.capacity, 1), 1))
         return env
 
-    def stop_group(self, rec: JobRecord, group: int, grace_s: float) -> None:
+    def stop_group(self, rec: StoredJob, group: int, grace_s: float) -> None:
         """SIGTERM the group once; the stop marker remembers it across daemon restarts. A
         grace of 0 is a hard stop (a hung group: a stopped rank does not act on SIGTERM):
         SIGKILL at once."""

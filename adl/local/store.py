@@ -108,7 +108,7 @@ class JobFinished(ValueError):
 
 
 @dataclass
-class JobRecord:
+class StoredJob:
     """One row of ``jobs`` with its JSON columns parsed."""
 
     key: str
@@ -247,7 +247,7 @@ class Store:
 
     # ------------------------------------------------------------------ jobs
 
-    def add_job(self, namespace: str, name: str, spec: AdaptiveJobSpec) -> JobRecord:
+    def add_job(self, namespace: str, name: str, spec: AdaptiveJobSpec) -> StoredJob:
         key = job_key(namespace, name)
         text = _spec_text(spec)
         now = time.time()
@@ -277,7 +277,7 @@ class Store:
             )
         return self.job(key)
 
-    def job(self, key: str) -> JobRecord:
+    def job(self, key: str) -> StoredJob:
         rows = self._query(f"SELECT {_JOB_COLS} FROM jobs WHERE key=?", (key,))
         if not rows:
             raise JobNotFound(key)
@@ -285,7 +285,7 @@ class Store:
 
     def jobs(
         self, namespace: str | None = None, *, include_deleted: bool = False
-    ) -> list[JobRecord]:
+    ) -> list[StoredJob]:
         sql = f"SELECT {_JOB_COLS} FROM jobs"
         where, args = [], []
         if namespace is not None:
@@ -503,9 +503,9 @@ def _hints(text: str | None) -> Hints | None:
         return None
 
 
-def _job(row: tuple[Any, ...]) -> JobRecord:
+def _job(row: tuple[Any, ...]) -> StoredJob:
     (key, ns, name, seq, created, spec, status, token, desired, ra, deleted, rev, hints) = row
-    return JobRecord(
+    return StoredJob(
         key=key,
         namespace=ns,
         name=name,

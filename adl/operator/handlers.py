@@ -49,7 +49,7 @@ from adl.operator.store import KUBE_URL_ENV, Conflict, KubeStore
 from adl.operator.timestamps import parse_time
 from adl.sched.types import Policy
 
-__all__ = ["DEFAULT_CONFIG", "OperatorConfig", "Runtime", "reconcile_job", "run_round"]
+__all__ = ["DEFAULT_CONFIG", "OperatorConfig", "Runtime", "cluster_round", "reconcile_job"]
 
 log = logging.getLogger("adl.operator")
 
@@ -168,7 +168,7 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
     """Reconcile the job; when that finished or suspended it, hand its GPUs out at once (a
     round now) rather than leave them idle until the next round interval."""
     if await _reconcile_job(rt, namespace, name):
-        await run_round(rt, force=True)
+        await cluster_round(rt, force=True)
 
 
 def _step(
@@ -297,7 +297,7 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
 # ------------------------------------------------------------------------ the scheduling round
 
 
-async def run_round(rt: Runtime, *, force: bool = False) -> bool:
+async def cluster_round(rt: Runtime, *, force: bool = False) -> bool:
     """One scheduling round over every job, unless one ran recently (or is running)."""
     if rt.round_lock.locked():
         if force:
@@ -421,7 +421,7 @@ async def on_job_event(
         if not suspended and (new or phase == Phase.SUSPENDED.value):
             # a new or resumed job should not wait a whole round interval; the round comes
             # first, so that its next group starts on a fresh answer
-            await run_round(rt, force=True)
+            await cluster_round(rt, force=True)
         await reconcile_job(rt, namespace, name)
     except BaseException:
         # kopf does not retry an event handler: the next change of the job, of whatever
@@ -467,7 +467,7 @@ async def round_loop(rt: Runtime) -> None:
     """The cluster-wide scheduling round, for the whole operator: every round interval while
     there are jobs, and at once when one is asked for (``RoundStats.ask``). Forced rounds
     (a new, resumed, finished, suspended, changed or deleted job) run from their handlers
-    through the same ``run_round``; one that found a round running leaves its round to this
+    through the same ``cluster_round``; one that found a round running leaves its round to this
     loop. While the API server is away each try fails quickly with one line in the log and
     the next comes ``TICK_BACKOFF_S`` later; the first after it returns runs the round."""
     while not rt.exiting:
@@ -484,7 +484,7 @@ async def round_loop(rt: Runtime) -> None:
             continue
         try:
             event_posting.install(rt.event_poster)  # its decisions' events, as a handler's
-            await run_round(rt)
+            await cluster_round(rt)
         except Exception as exc:
             if api_unavailable(exc):
                 log.warning(
@@ -615,7 +615,7 @@ async def round_soon(rt: Runtime, after: str) -> None:
     retry it, and a deletion would keep its finalizer until it succeeds): the round is left to
     the round loop instead."""
     try:
-        await run_round(rt, force=True)
+        await cluster_round(rt, force=True)
     except Exception:
         log.exception("the round after %s failed; the round loop runs it again", after)
         rt.rounds.ask()

@@ -15,7 +15,7 @@ from adl.api.store import JobSnapshot
 from adl.cli.render import describe_text, jobs_table
 from adl.controller.status_hints import current_goodput
 from adl.jobs_api import JobView
-from adl.local.store import JobRecord
+from adl.local.store import StoredJob
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from tests.unit.controller.test_round_isolation import hostile_hints
 
@@ -32,7 +32,7 @@ def running(hints: Hints | None = None) -> AdaptiveJobStatus:
 
 def test_current_goodput_of_an_unusable_model_is_unknown_not_an_error() -> None:
     assert current_goodput(hostile_hints(), 2) is None
-    rec = JobRecord("default/bad", "default", "bad", 1, 0.0, SPEC, running(), "t")
+    rec = StoredJob("default/bad", "default", "bad", 1, 0.0, SPEC, running(), "t")
     rec.hints = hostile_hints()
     st = rec.status_with_hints()  # what ls, describe and /metrics read on the local backend
     assert st.goodput is None and st.hints is not None

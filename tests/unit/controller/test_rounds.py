@@ -18,7 +18,7 @@ from adl.controller.rounds import (
     accrue_service,
     job_info,
     plan_round,
-    run_round,
+    timed_plan_round,
 )
 from adl.models import (
     AdaptiveJobSpec,
@@ -248,7 +248,7 @@ def test_no_jobs_no_policy_call() -> None:
 def test_run_round_times_the_policy_and_log_summarizes() -> None:
     log = RoundLog()
     for _ in range(3):
-        result = run_round(GreedyPolicy(), [record("a")], [NodeInfo("n0", 1)], NOW)
+        result = timed_plan_round(GreedyPolicy(), [record("a")], [NodeInfo("n0", 1)], NOW)
         assert result.duration_s > 0
         log.add(result)
     summary = log.summary()

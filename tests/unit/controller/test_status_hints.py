@@ -11,7 +11,7 @@ import pytest
 from adl.controller.actions import SetStatus
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState, step
 from adl.controller.status_hints import current_goodput
-from adl.local.store import JobRecord as LocalJobRecord
+from adl.local.store import StoredJob
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,
@@ -69,7 +69,7 @@ def test_both_backends_show_the_same_goodput_for_the_same_report() -> None:
     )
     actions = step("ns/j", SPEC, _running(allocation), workers, allocation, NOW)
     kube = next(a.status for a in actions if isinstance(a, SetStatus))
-    local = LocalJobRecord(
+    local = StoredJob(
         key="ns/j", namespace="ns", name="j", seq=1, created=0.0, spec=SPEC,
         status=_running(allocation).model_copy(update={"hints": None}), token="t", hints=REPORT,
     ).status_with_hints()  # fmt: skip

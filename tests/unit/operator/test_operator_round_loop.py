@@ -110,7 +110,7 @@ async def test_a_round_asked_for_while_one_runs_runs_after_it(
     """A forced round that found one running (which may have read the jobs before the change
     that forced it) is not lost: the loop runs it once the running one is over."""
     async with runtime.round_lock:
-        assert not await handlers.run_round(runtime, force=True)
+        assert not await handlers.cluster_round(runtime, force=True)
         assert runtime.rounds.due and loop_of.rounds == 0
     await rounds_reach(loop_of, 1)
     assert not runtime.rounds.due

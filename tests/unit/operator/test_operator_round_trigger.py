@@ -11,7 +11,7 @@ import pytest
 
 from adl.operator import backend as kube_backend
 from adl.operator import handlers
-from adl.operator.handlers import Runtime, round_soon, run_round
+from adl.operator.handlers import Runtime, cluster_round, round_soon
 from adl.operator.store import KubeStore
 from tests.fakes import EveryoneOneGpu, NoPolicy
 
@@ -42,24 +42,26 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime:
 
 
 async def test_rounds_wait_for_the_interval_unless_forced(runtime: Runtime) -> None:
-    assert not await run_round(runtime)
-    assert await run_round(runtime, force=True)
-    assert not await run_round(runtime)
+    assert not await cluster_round(runtime)
+    assert await cluster_round(runtime, force=True)
+    assert not await cluster_round(runtime)
 
 
 async def test_a_forced_round_that_found_one_running_runs_at_the_next_tick(
     runtime: Runtime,
 ) -> None:
     async with runtime.round_lock:  # a round is running (it may have read the jobs already)
-        assert not await run_round(runtime, force=True)
-    assert await run_round(runtime)  # the next tick runs it, although the interval has not passed
-    assert not await run_round(runtime)  # once
+        assert not await cluster_round(runtime, force=True)
+    assert await cluster_round(
+        runtime
+    )  # the next tick runs it, although the interval has not passed
+    assert not await cluster_round(runtime)  # once
 
 
 async def test_an_unforced_call_during_a_round_asks_for_nothing(runtime: Runtime) -> None:
     async with runtime.round_lock:
-        assert not await run_round(runtime)
-    assert not await run_round(runtime)
+        assert not await cluster_round(runtime)
+    assert not await cluster_round(runtime)
 
 
 class BrokenCluster(EmptyCluster):
@@ -74,7 +76,9 @@ async def test_a_failed_round_after_a_deletion_does_not_fail_the_deletion(
     await round_soon(runtime, "deleting ns/gone")  # does not raise: the finalizer can go
     assert runtime.rounds.due and "ns/gone" in caplog.text
     runtime.store = cast(KubeStore, EmptyCluster())
-    assert await run_round(runtime)  # the next tick runs it, although the interval has not passed
+    assert await cluster_round(
+        runtime
+    )  # the next tick runs it, although the interval has not passed
 
 
 class OneJobGone:
@@ -124,5 +128,5 @@ async def test_a_job_deleted_during_the_round_does_not_cost_the_others_their_ans
     cluster = OneJobGone()
     runtime.store = cast(KubeStore, cluster)
     runtime.policy = EveryoneOneGpu()
-    assert await run_round(runtime, force=True)
+    assert await cluster_round(runtime, force=True)
     assert cluster.patched == ["kept"]
