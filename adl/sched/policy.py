@@ -138,9 +138,9 @@ def _speed(job: _Job, placement: Placement) -> float:
 class AdlPolicy:
     """Goodput-greedy, SRPT-weighted, restart-aware policy implementing :class:`Policy`."""
 
-    def __init__(self, seed: int = 0, **knobs: float) -> None:
+    def __init__(self, seed: int = 0, **knobs: float | bool) -> None:
         self.seed = seed
-        self.knobs = Knobs(**knobs)
+        self.knobs = Knobs(**knobs)  # type: ignore[arg-type]  # each checked (and 0/1 made a bool)
         # speedup tables by (id(speedup fn), replicas per node, profiled replicas, cap), each stored
         # with its fn (which keeps the id valid)
         self._tables: dict[tuple[int, int, int, int], tuple[SpeedupFn, SpeedupTable]] = {}
@@ -151,7 +151,7 @@ class AdlPolicy:
 
     def ranks_by_predicted_remaining(self) -> bool:
         """:class:`RanksByPredictedRemaining`: whether the knobs let the prediction count."""
-        return self.knobs.use_predicted_remaining > 0
+        return self.knobs.use_predicted_remaining
 
     # ------------------------------------------------------------------ job weights
 
@@ -169,7 +169,7 @@ class AdlPolicy:
         if job.remaining_s is not None:
             return max(job.remaining_s, k.min_remaining_s)
         predicted = job.expected_remaining_s
-        if k.use_predicted_remaining > 0 and predicted is not None and math.isfinite(predicted):
+        if k.use_predicted_remaining and predicted is not None and math.isfinite(predicted):
             return max(predicted, k.min_remaining_s)
         return job.attained_service_s + k.unknown_remaining_s
 
@@ -241,7 +241,7 @@ class AdlPolicy:
         replica count) is unchanged: a job's model only changes when it reports new hints."""
         fn = job.speedup
         per_node = max(node_gpus // max(job.gpus_per_replica, 1), 1)
-        profiled = job.max_profiled_replicas if self.knobs.optimistic > 0 else 0
+        profiled = job.max_profiled_replicas if self.knobs.optimistic else 0
         if self._confident(job, node_gpus):
             profiled = 0  # its fitted model, not the optimistic prior
         key = (id(fn), per_node, profiled, cap)
@@ -453,7 +453,7 @@ class AdlPolicy:
                 # only a resume (GPUs again after a preemption) starts a protected tenure,
                 # unless ``tenure_all`` also protects first starts and resizes
                 resumed = not before and (info.restarts > 0 or info.attained_service_s > 0)
-                protect = resumed or self.knobs.tenure_all > 0
+                protect = resumed or self.knobs.tenure_all
                 since[info.name] = (nodes, info.age_s if protect else None)
             else:
                 rec = self._since.get(info.name)
@@ -479,7 +479,7 @@ class AdlPolicy:
             for job, rank in zip(jobs, ranks, strict=True):
                 grown = aging(job.info.age_s, job.remaining, k.fairness)
                 job.weight = max(job.info.weight, 0.0) * grown * rank
-        elif k.aging_best > 0:
+        elif k.aging_best:
             for job in jobs:
                 nodes = -(-job.cap // max(node_gpus // job.gpr, 1))
                 best_s = job.remaining / max(job.table.get(nodes, job.cap, job.cap), 1.0)
@@ -552,7 +552,7 @@ class AdlPolicy:
                 alt = self._solve(fresh, nodes, frozenset({name}))
                 if alt[0] > total * (1.0 + 1e-9):
                     total, work, cluster = alt
-        if k.dp > 0:
+        if k.dp:
             fresh = [replace(j, placement={}, replicas=0, utility=0.0) for j in prepared]
             exact = self._solve_dp(fresh, nodes)
             if exact is not None and exact[0] > total * (1.0 + 1e-9):
@@ -713,7 +713,7 @@ class AdlPolicy:
         info = job.info
         predicted = 0
         if info.remaining_s is None and info.expected_remaining_s is not None:
-            predicted = max(info.predicted_from, 0) if k.use_predicted_remaining > 0 else 0
+            predicted = max(info.predicted_from, 0) if k.use_predicted_remaining else 0
         facts: dict[str, Any] = {
             "job": info.name,
             "replicas": now,

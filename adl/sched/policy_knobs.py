@@ -44,22 +44,22 @@ class Knobs:
     #: with ``victim_charge``, which charges the give-back to whoever takes the GPUs back)
     grow_restarts: float = 2.0
     #: beyond the largest profiled replica count, assume gradient sync does not get slower
-    #: (no "retrogression" the job has not measured): optimism that makes jobs explore (0 = off)
-    optimistic: float = 1.0
+    #: (no "retrogression" the job has not measured): optimism that makes jobs explore
+    optimistic: bool = True
     #: local search: re-solve with each of up to this many moved big jobs kept whole ...
     local_search: float = 2.0
     #: ... while at most this many jobs are active (each re-solve costs one greedy round)
     local_search_max_jobs: float = 256.0
     #: exact replica counts: a knapsack over every job's counts (packed value), kept when its
-    #: placed objective beats the greedy's (0 = off) ...
-    dp: float = 1.0
+    #: placed objective beats the greedy's ...
+    dp: bool = True
     #: ... while jobs x (free GPUs + 1) is at most this (the knapsack's table size): 1000 jobs
     #: on 2048 free GPUs fit (+70 ms a round there); at 512 nodes the knapsack cut the mean
     #: JCT 8% and restarts from 4.0 to 1.6 per job (docs/results.md, "Robustness what-ifs")
     dp_max_cells: float = 5_000_000.0
     #: use the driver's prediction of remaining work (from completed jobs of the same kind)
-    #: for a job that did not declare its length (0 = least-attained-service only)
-    use_predicted_remaining: float = 1.0
+    #: for a job that did not declare its length (off: least-attained-service only)
+    use_predicted_remaining: bool = True
     #: hysteresis: a running job's new configuration must be worth ``1 + change_margin`` times
     #: what its restart penalty leaves, so gains within the model's error restart nothing
     #: (0.25 against 0.1 and 0.18 in the screening with a node start: fewer restarts overall)
@@ -78,9 +78,9 @@ class Knobs:
     #: 0 = weights from remaining work (``srpt_power``); in (0, 0.95]: heSRPT's rank weights
     #: for speedups ``k^p`` with this ``p`` (:mod:`adl.sched.policy_weights`; measured, lost)
     rank_power: float = 0.0
-    #: 1 = age counts against the job's remaining time at its cap, not its remaining one-GPU
+    #: on: age counts against the job's remaining time at its cap, not its remaining one-GPU
     #: seconds (:mod:`adl.sched.policy_weights`; measured, lost)
-    aging_best: float = 0.0
+    aging_best: bool = False
     #: in (0, 1): a job's replicas beyond the most at which its speedup per replica is at
     #: least this are worth a hundredth of their speedup, so they go to it only when no other
     #: job can use them (:mod:`adl.sched.policy_efficiency`; fewer GPU-hours held, a longer
@@ -93,8 +93,8 @@ class Knobs:
     #: taking all of a running job's GPUs costs the objective this many times the job's
     #: restart penalty at its current speed (issue 34; 0 = off)
     victim_charge: float = 0.0
-    #: 1: the minimum tenure also follows a first start or a resize, not only a resume
-    tenure_all: float = 0.0
+    #: on: the minimum tenure also follows a first start or a resize, not only a resume
+    tenure_all: bool = False
     #: a job that has measured at least this many whole nodes (its model has fitted the
     #: cross-node sync) may grow to its fitted model's optimum in one step, valued without
     #: the optimistic prior, instead of ``ramp_factor`` x what it measured (0 = off)
@@ -103,6 +103,16 @@ class Knobs:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in SWITCHES:
+                if (
+                    not isinstance(value, bool)
+                    and isinstance(value, int | float)
+                    and value in (0, 1)
+                ):
+                    object.__setattr__(self, f.name, bool(value))  # 0/1, as knobs are written
+                elif not isinstance(value, bool):
+                    raise ValueError(f"policy knob {f.name} is on or off (1/0), got {value!r}")
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"policy knob {f.name} must be a number, got {value!r}")
             lo, hi, closed = _RANGES.get(f.name, _ANY_NONNEGATIVE)
@@ -112,6 +122,9 @@ class Knobs:
                 raise ValueError(f"policy knob {f.name} must be in {where}, got {value}")
 
 
+#: the knobs that are on or off (``bool``); written ``NAME=1``/``NAME=0`` (or true/false, on/off)
+SWITCHES = frozenset(f.name for f in fields(Knobs) if f.type in ("bool", bool))
+
 #: knob -> (lowest, highest, highest included); knobs not listed take any finite value >= 0
 _ANY_NONNEGATIVE = (0.0, math.inf, True)
 _RANGES: dict[str, tuple[float, float, bool]] = {
@@ -119,8 +132,6 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "bootstrap_replicas": (1.0, math.inf, True),
     "speedup_power": (0.05, 1.0, True),
     "rank_power": (0.0, 0.95, True),
-    "aging_best": (0.0, 1.0, True),
-    "tenure_all": (0.0, 1.0, True),
     "efficiency_floor": (0.0, 1.0, False),
     "min_remaining_s": (1e-3, math.inf, True),
     "unknown_remaining_s": (1e-3, math.inf, True),
@@ -136,19 +147,30 @@ def _describe(name: str) -> str:
     return f"[{lo:g}, {hi:g}{']' if closed else ')'}"
 
 
+def _switch(name: str, raw: str) -> bool:
+    word = raw.strip().lower()
+    if word in ("1", "1.0", "true", "on", "yes"):
+        return True
+    if word in ("0", "0.0", "false", "off", "no"):
+        return False
+    raise ValueError(
+        f"policy knob {name} is on or off: 1/0, true/false, on/off; got {raw.strip()!r}"
+    )
+
+
 def knob_names() -> list[str]:
     """Every knob's name, in declaration order."""
     return [f.name for f in fields(Knobs)]
 
 
-def parse_knobs(items: Iterable[str]) -> dict[str, float]:
+def parse_knobs(items: Iterable[str]) -> dict[str, float | bool]:
     """``["srpt_power=0.25", "fairness=0,dp=0"]`` -> knobs, validated against :class:`Knobs`.
 
     Each item is ``NAME=VALUE`` or a comma-separated list of them; a later value wins. Raises
     ``ValueError`` with the valid names (or range) for an unknown name or a bad value.
     """
     names = knob_names()
-    out: dict[str, float] = {}
+    out: dict[str, float | bool] = {}
     for item in items:
         for pair in (p.strip() for p in item.split(",")):
             if not pair:
@@ -159,9 +181,12 @@ def parse_knobs(items: Iterable[str]) -> dict[str, float]:
                 raise ValueError(f"policy knob {pair!r}: expected NAME=VALUE")
             if name not in names:
                 raise ValueError(f"unknown policy knob {name!r}; choose from {', '.join(names)}")
+            if name in SWITCHES:
+                out[name] = _switch(name, raw)
+                continue
             try:
                 out[name] = float(raw)
             except ValueError:
                 raise ValueError(f"policy knob {name}: {raw.strip()!r} is not a number") from None
-    Knobs(**out)  # ranges
+    Knobs(**out)  # type: ignore[arg-type]  # ranges; a switch's type checked there too
     return out

@@ -146,7 +146,7 @@ def test_values_schema_ranges_are_the_policys() -> None:
 
     with helm.Chart.load(CHART) as chart:
         for name in knob_names():
-            for value in (-1.0, 0.0, 0.5, 1.0, 2.0, 1e6):
+            for value in (-1.0, 0.0, 0.5, 1.0, 2.0, 1e6, True, False):
                 try:
                     Knobs(**{name: value})
                     policy_ok = True

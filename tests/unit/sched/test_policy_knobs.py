@@ -11,7 +11,8 @@ from adl.sched.sim.policies import make_policy
 
 def test_parse_pairs_and_comma_lists_later_values_win() -> None:
     knobs = parse_knobs(["srpt_power=0.25", "fairness=0, dp=0", "srpt_power=1"])
-    assert knobs == {"srpt_power": 1.0, "fairness": 0.0, "dp": 0.0}
+    assert knobs == {"srpt_power": 1.0, "fairness": 0.0, "dp": False}
+    assert knobs["dp"] is False  # a switch is a bool, not 0.0
     assert parse_knobs([]) == {} and parse_knobs([""]) == {}
 
 
@@ -34,6 +35,31 @@ def test_bad_knobs_fail_with_the_valid_choices(item: str, message: str) -> None:
     with pytest.raises(ValueError) as err:
         parse_knobs([item])
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"), [("1", True), ("true", True), ("On", True), ("0", False), ("off", False)]
+)
+def test_switches_are_on_or_off(raw: str, want: bool) -> None:
+    got = parse_knobs([f"dp={raw}", f"tenure_all={raw}"])
+    assert got == {"dp": want, "tenure_all": want}
+    knobs = Knobs(**got)  # type: ignore[arg-type]
+    assert knobs.dp is want and knobs.tenure_all is want
+
+
+def test_a_switch_takes_one_or_zero_only() -> None:
+    assert Knobs(dp=0).dp is False and Knobs(optimistic=1.0).optimistic is True  # 0/1 as written
+    with pytest.raises(ValueError, match="policy knob dp is on or off"):
+        Knobs(dp=0.5)
+    with pytest.raises(ValueError, match="policy knob aging_best is on or off: 1/0, true/false"):
+        parse_knobs(["aging_best=2"])
+    assert {n for n in knob_names() if isinstance(getattr(Knobs(), n), bool)} == {
+        "optimistic",
+        "dp",
+        "use_predicted_remaining",
+        "aging_best",
+        "tenure_all",
+    }
 
 
 def test_defaults_are_valid_and_every_knob_is_named() -> None:
