@@ -61,13 +61,13 @@ def register(app: typer.Typer) -> None:
         flags += [] if policy == "adl" else [f"--policy={policy}"]
         flags += [f"--policy-knob={name}={value!r}" for name, value in knobs.items()]
         if foreground:
-            from adl.local import daemon
+            from adl.local import daemon_main
 
             try:
                 save_settings(where, flags)
             except BackendError as err:
                 raise fail(str(err)) from None
-            raise typer.Exit(daemon.main(["--home", str(where), *flags]))
+            raise typer.Exit(daemon_main.main(["--home", str(where), *flags]))
         if daemon_pid(where):
             typer.echo(f"adl daemon already running (pid {daemon_pid(where)}) for {where}")
             given = [

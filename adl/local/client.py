@@ -106,7 +106,7 @@ def start_daemon(
     log_path = home / "daemon.log"
     proc = None
     if pid is None:
-        args = [sys.executable, "-m", "adl.local.daemon", "--home", str(home)]
+        args = [sys.executable, "-m", "adl.local.daemon_main", "--home", str(home)]
         args += saved_settings(home) if reuse_settings else []
         if slots is not None:
             args += ["--slots", str(slots)]

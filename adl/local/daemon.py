@@ -1,68 +1,52 @@
-"""The local daemon: this machine as a one-node cluster with its GPUs (or N CPU slots).
+"""The local daemon's loop: this machine as a one-node cluster with its GPUs (or N CPU slots).
 
-The daemon is the local implementation of ``adl.controller.backend.WorkerBackend``: its state
-store is SQLite, its workers are process groups (``adl.local.groups``). The shared driver
-(``adl.controller.driver``) does the rest: every tick it steps each job's lifecycle and executes
-the actions; every few seconds, and at once when a job arrives, ends, is suspended or resumed,
-it runs the scheduling round with the policy. The API service (hints, rendezvous, metrics) runs
-in the same process on a 127.0.0.1 port (``adl.local.api_server``).
-
-``python -m adl.local.daemon --home DIR --slots N``; usually started by ``adl local up`` or on
-demand by the CLI. A second daemon for the same home refuses to start (file lock).
+Split the way the operator is: the driver's backend over SQLite and process groups is
+:mod:`adl.local.worker_backend`, the process entry (options, signals) :mod:`adl.local.daemon_main`,
+and this module the loop. The shared driver (``adl.controller.driver``) does the rest: every
+tick it steps each job's lifecycle and executes the actions; every few seconds, and at once when
+a job arrives, ends, is suspended or resumed, it runs the scheduling round with the policy. The
+API service (hints, rendezvous, metrics) runs in the same process on a 127.0.0.1 port
+(``adl.local.api_server``). A second daemon for the same home refuses to start (file lock).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import logging
 import os
 import shutil
-import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.driver import Driver, execute
 from adl.controller.history import CompletedWork
-from adl.controller.job_record import JobRecord
-from adl.controller.lifecycle import ObservedWorkers, Timing, teardown
+from adl.controller.lifecycle import teardown
 from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import RoundResult
 from adl.local.api_server import LocalApi
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
-from adl.local.gpus import detect_gpu_types, detect_gpus, node_gpu_type, visible_gpus
+from adl.local.gpus import node_gpu_type
 from adl.local.groups import WorkerGroups
-from adl.local.private import create_private, make_private_home, private_umask, write_private
+from adl.local.private import create_private, make_private_home, write_private
 from adl.local.settings import Settings
-from adl.local.store import StateUnreadable, Store, StoredJob, default_home
-from adl.models import AdaptiveJobStatus, Condition, Phase
+from adl.local.store import Store, StoredJob
+from adl.local.worker_backend import NODE, LocalWorkerBackend, round_job
+from adl.models import Phase
 from adl.sched import registry
-from adl.sched.policy_knobs import parse_knobs
-from adl.sched.types import NodeInfo, Policy
+from adl.sched.types import Policy
 
-__all__ = ["Daemon", "DaemonRunning", "Settings", "detect_gpus", "main"]
+__all__ = ["NODE", "Daemon", "DaemonRunning", "Settings"]
 
 log = logging.getLogger("adl.local")
-
-NODE = "local"
 
 
 class DaemonRunning(RuntimeError):
     """Another daemon holds this state directory's lock."""
-
-
-def _round_job(rec: StoredJob) -> JobRecord:
-    """The controller's view of a stored job (the status with the last hints merged in)."""
-    created = datetime.fromtimestamp(rec.created, UTC)
-    return JobRecord(rec.key, rec.spec, rec.status_with_hints(), created, rec.desired)
 
 
 class Daemon:
@@ -81,12 +65,15 @@ class Daemon:
         #: the ranks' heartbeats, written by the API thread (hung-rank detection)
         self.progress = ProgressBook()
         self.groups = WorkerGroups(settings, self.store, self.jobs)
+        self.backend = LocalWorkerBackend(
+            self.store, self.jobs, self.groups, self.progress, self.capacity, self.gpu_type
+        )
         policy = (policy_factory or registry.policy_factory())()
         # the daemon runs container 0's command here, never its image: kinds come from the
         # command alone
         completed = CompletedWork(images=False)
         self.driver = Driver(
-            self,
+            self.backend,
             policy,
             settings.timing,
             on_round=self._on_round,
@@ -198,56 +185,6 @@ class Daemon:
                 self._revs[key] = rev
         return arrived
 
-    # ------------------------------------------------------------------ WorkerBackend
-
-    def observe(self, job: JobRecord) -> ObservedWorkers:
-        observed = self.groups.observe(self.jobs[job.key])
-        return replace(observed, progress=self.progress.snapshot(job.key))
-
-    def set_status(self, job: JobRecord, status: AdaptiveJobStatus) -> None:
-        self.store.set_status(job.key, status)
-        self.jobs[job.key].status = status.model_copy()
-
-    def create_group(self, job: JobRecord, action: CreateGroup) -> None:
-        # a launch that must wait (slots still held by another job's group) is retried at the
-        # next tick: the lifecycle re-issues CreateGroup for the missing replicas
-        self.groups.launch(self.jobs[job.key], action)
-
-    def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
-        rec = self.jobs[job.key]
-        self.groups.stop_group(rec, action.group, action.grace_s)
-        if rec.desired and not rec.deleted and not rec.status.phase.finished:
-            self.groups.prewarm(rec)  # a resize or a restart: a next group will follow
-
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        self.store.add_event(job, event.type, event.reason, event.message)
-
-    def round_jobs(self) -> list[JobRecord]:
-        return [_round_job(r) for r in self.jobs.values() if not r.deleted]
-
-    def round_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(NODE, self.capacity, gpu_type=self.gpu_type)]
-
-    def set_desired(self, changed: Mapping[str, list[str]]) -> None:
-        self.store.set_desired(dict(changed))
-        for key, alloc in changed.items():
-            if key in self.jobs:
-                self.jobs[key].desired = list(alloc)
-
-    def record_service(self, service: Mapping[str, float]) -> None:
-        self.store.set_service(service)
-        for key, seconds in service.items():
-            if key in self.jobs:
-                self.jobs[key].status.attained_service_s = seconds
-
-    def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
-        for key, conds in conditions.items():
-            rec = self.jobs.get(key)
-            if rec is None:
-                continue
-            rec.status.conditions = list(conds)
-            self.store.set_status(key, rec.status)
-
     # ------------------------------------------------------------------ the loop
 
     def safe_tick(self) -> None:
@@ -290,7 +227,7 @@ class Daemon:
         if rec.status.phase.finished and not self.groups.observe(rec).any_present():
             return
         was_finished = rec.status.phase.finished
-        self.driver.step_job(_round_job(rec), now)
+        self.driver.step_job(round_job(rec), now)
         if rec.status.phase == Phase.PENDING and rec.key not in self._told_unfit:
             self._tell_if_unfit(rec)
         if rec.status.phase.finished and not was_finished:
@@ -304,9 +241,9 @@ class Daemon:
 
     def _tear_down(self, rec: StoredJob) -> None:
         """A deleted job: stop its groups; once none is left, remove every trace of it."""
-        job = _round_job(rec)
+        job = round_job(rec)
         observed = self.groups.observe(rec)
-        execute(self, job, teardown(rec.key, rec.spec, observed))
+        execute(self.backend, job, teardown(rec.key, rec.spec, observed))
         if not observed.any_present():
             # files first: once the row is gone, nothing of the job is left anywhere (a daemon
             # killed in between finds the row again and finishes the removal)
@@ -338,83 +275,3 @@ class Daemon:
     def _on_round(self, result: RoundResult) -> None:
         if self.metrics is not None:
             self.metrics.observe_round(result.duration_s)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="adl-local-daemon", description=__doc__)
-    parser.add_argument("--home", type=Path, default=None)
-    parser.add_argument("--slots", type=int, default=None, help="CPU slots when no GPU")
-    parser.add_argument("--gpus", type=int, default=None, help="override GPU detection")
-    parser.add_argument("--round-s", type=float, default=5.0)
-    parser.add_argument("--tick-s", type=float, default=0.2)
-    parser.add_argument("--backoff-s", type=float, default=None, help="failure backoff base")
-    parser.add_argument(
-        "--policy",
-        default="adl",
-        help="a policy by name (adl, or a baseline: "
-        f"{', '.join(n for n in registry.names() if n != 'adl')}) or module:Class of one's own",
-    )
-    parser.add_argument(
-        "--policy-knob",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an adl policy constant, e.g. srpt_power=0.25 (repeatable; the adl policy only)",
-    )
-    parser.add_argument(
-        "--no-prewarm", action="store_true", help="start every group from a fresh interpreter"
-    )
-    args = parser.parse_args(argv)
-    # first: everything the daemon, its shims and their workers create under the home (the
-    # database and its WAL with every token, plans with the jobs' environments, logs,
-    # checkpoints) is the user's alone
-    private_umask()
-    try:
-        knobs = parse_knobs(args.policy_knob)
-    except ValueError as err:
-        parser.error(str(err))
-    try:  # the same registry as the operator's and the simulator's
-        factory = registry.policy_factory(args.policy, knobs=knobs)
-    except (ValueError, ImportError, AttributeError) as err:
-        parser.error(f"--policy {args.policy}: {err}")
-    visible = visible_gpus()
-    if args.gpus and args.slots is None and visible is not None and args.gpus > len(visible):
-        parser.error(f"--gpus {args.gpus}, but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    home = args.home or default_home()
-    try:
-        make_private_home(home)
-    except OSError as err:
-        raise SystemExit(f"adl daemon: cannot use {home} as the state directory: {err}") from None
-    gpus = detect_gpus() if args.gpus is None else args.gpus
-    timing = Timing() if args.backoff_s is None else Timing(backoff_base_s=args.backoff_s)
-    settings = Settings(
-        home=home,
-        slots=args.slots or (gpus or 4),
-        gpus=gpus if args.slots is None else 0,
-        round_s=args.round_s,
-        tick_s=args.tick_s,
-        timing=timing,
-        prewarm=not args.no_prewarm,
-        gpu_types=tuple(detect_gpu_types(gpus)) if gpus and args.slots is None else (),
-    )
-    # the state directory, for whatever the daemon starts (and a policy of one's own) to find
-    os.environ["ADL_HOME"] = str(home)
-    log.info("scheduling policy: %s", args.policy)
-    if knobs:
-        log.info("adl policy knobs: %s", knobs)
-    try:
-        daemon = Daemon(settings, factory)
-    except StateUnreadable as err:
-        raise SystemExit(f"adl daemon: {err}") from None
-    signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
-    signal.signal(signal.SIGINT, lambda *_: daemon.stop())
-    try:
-        daemon.run()
-    except DaemonRunning as err:
-        raise SystemExit(f"adl daemon: {err}") from None
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

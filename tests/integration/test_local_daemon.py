@@ -220,7 +220,7 @@ def test_python_in_a_job_is_the_interpreter_adl_runs_under(
 )
 def test_the_daemon_refuses_bad_policies_and_knobs(tmp_path, argv) -> None:
     from adl.local.client import DB_NAME
-    from adl.local.daemon import main
+    from adl.local.daemon_main import main
 
     with pytest.raises(SystemExit) as err:
         main(["--home", str(tmp_path), *argv])
@@ -231,7 +231,7 @@ def test_the_daemon_refuses_bad_policies_and_knobs(tmp_path, argv) -> None:
 def test_gpu_slots_are_the_daemons_own_visible_devices(
     daemon_factory, backend, home, monkeypatch
 ) -> None:
-    from adl.local.daemon import detect_gpus
+    from adl.local.gpus import detect_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,MIG-4f1c")  # this user's share of the box
     assert detect_gpus() == 2
@@ -245,7 +245,7 @@ def test_gpu_slots_are_the_daemons_own_visible_devices(
 
 
 def test_the_daemon_refuses_more_gpus_than_it_may_see(tmp_path, monkeypatch) -> None:
-    from adl.local.daemon import main
+    from adl.local.daemon_main import main
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setattr("adl.local.daemon.Daemon.run", lambda self: pytest.fail("it started"))
@@ -377,14 +377,14 @@ def test_a_job_that_cannot_be_launched_fails_alone(daemon_factory, backend, home
 
 def test_one_jobs_error_does_not_stop_the_others(daemon_factory, backend) -> None:
     d = daemon_factory(FixedPolicy())
-    observe = d.observe
+    observe = d.backend.observe
 
     def broken_for_bad(rec):  # type: ignore[no-untyped-def]
         if rec.key == "default/bad":
             raise RuntimeError("a bug that only this job hits")
         return observe(rec)
 
-    d.observe = broken_for_bad  # type: ignore[method-assign]
+    d.backend.observe = broken_for_bad  # type: ignore[method-assign]
     backend.submit("bad", "default", counter_spec("--steps", "5"))
     backend.submit("good", "default", counter_spec("--steps", "5"))
     wait_for(lambda: _phase(backend, "good") == Phase.SUCCEEDED, timeout=30)

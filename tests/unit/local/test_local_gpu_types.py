@@ -41,9 +41,9 @@ def test_status_shows_the_types_of_the_slots() -> None:
 
 def test_the_local_node_carries_the_gpu_type_into_the_round(tmp_path: Path) -> None:
     gpus = Daemon(Settings(home=tmp_path / "g", api=False, gpus=2, slots=2, gpu_types=(A100,) * 2))
-    assert [(n.gpus, n.gpu_type) for n in gpus.round_nodes()] == [(2, A100)]
+    assert [(n.gpus, n.gpu_type) for n in gpus.backend.round_nodes()] == [(2, A100)]
     cpus = Daemon(Settings(home=tmp_path / "c", api=False, slots=3))
-    assert [(n.gpus, n.gpu_type) for n in cpus.round_nodes()] == [(3, "")]
+    assert [(n.gpus, n.gpu_type) for n in cpus.backend.round_nodes()] == [(3, "")]
 
 
 @pytest.mark.parametrize(
