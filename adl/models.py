@@ -429,6 +429,12 @@ class AdaptiveJobStatus(_Model):
     hints: Hints | None = None
     batch_size: int | None = None
     goodput: float | None = None
+    admitted: int | None = Field(
+        default=None,
+        ge=0,
+        description="replicas an outside quota manager (Kueue) admits the job: the most it may "
+        "run now (0: none yet, or evicted); unset when no quota manager decides",
+    )
     attained_service_s: float = Field(default=0.0, ge=0)
     last_checkpoint_time: datetime | None = None
     start_time: datetime | None = None

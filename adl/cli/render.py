@@ -47,9 +47,26 @@ _PHASE_STYLE = {
 }
 
 
+def queue_cell(v: JobView) -> str:
+    """``ls``'s QUEUE: the job's Kueue queue and, in brackets, the replicas Kueue admits it
+    (``-``: in no queue; no bracket before the operator has read the admission)."""
+    if not v.queue:
+        return "-"
+    admitted = v.status.admitted
+    return v.queue if admitted is None else f"{v.queue} ({admitted})"
+
+
+def admitted_text(admitted: int | None) -> str:
+    if admitted is None:
+        return "admission not read yet"
+    if admitted == 0:
+        return "no replica admitted"
+    return f"{admitted} replica{'s' if admitted != 1 else ''} admitted"
+
+
 def jobs_table(views: list[JobView], now: datetime | None = None) -> Table:
-    """The table of ``ls`` and ``top``: job, its Kueue queue (``-``: none), phase, replicas,
-    batch size, goodput, restarts."""
+    """The table of ``ls`` and ``top``: job, its Kueue queue (``-``: none) with the replicas
+    Kueue admits, phase, replicas, batch size, goodput, restarts."""
     table = Table(box=None, header_style="bold")
     for col in ("JOB", "QUEUE", "PHASE", "REPLICAS", "BATCH", "GOODPUT", "RESTARTS", "AGE"):
         table.add_column(col, justify="right" if col in ("BATCH", "GOODPUT") else "left")
@@ -58,7 +75,7 @@ def jobs_table(views: list[JobView], now: datetime | None = None) -> Table:
         name = v.name if v.namespace == "default" else f"{v.namespace}/{v.name}"
         table.add_row(
             name,
-            v.queue or "-",
+            queue_cell(v),
             f"[{_PHASE_STYLE.get(st.phase, '')}]{st.phase.value}[/]",
             f"{st.replicas} ({v.spec.min_replicas}-{v.spec.max_replicas})",
             str(st.batch_size) if st.batch_size else "-",
@@ -103,7 +120,11 @@ def describe_text(v: JobView) -> str:
     lines = [
         f"Name:         {v.name}",
         f"Namespace:    {v.namespace}",
-        *([f"Queue:        {v.queue} (Kueue)"] if v.queue else []),
+        *(
+            [f"Queue:        {v.queue} (Kueue), {admitted_text(v.status.admitted)}"]
+            if v.queue
+            else []
+        ),
         f"Command:      {_command(spec.trainer)}",
         f"Replicas:     min {spec.min_replicas}, max {spec.max_replicas}",
         f"MaxRestarts:  {spec.max_restarts}",

@@ -101,6 +101,7 @@ class Driver:
             now,
             self.timing,
             quota_wait=job.quota_wait if job.ceiling == 0 else None,
+            admitted=job.ceiling,
         )
         execute(self.backend, job, actions)
         return actions

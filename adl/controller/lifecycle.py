@@ -565,12 +565,14 @@ def step(
     timing: Timing | None = None,
     *,
     quota_wait: str | None = None,
+    admitted: int | None = None,
 ) -> list[Action]:
     """Actions that move ``job`` (``namespace/name``) one step towards what its spec and the
     scheduler want. ``desired`` is the scheduler's latest allocation (one node per replica),
     None before the first round; ``quota_wait`` says why an outside quota manager admits none
-    of the job now (its wait reason then). Calling it again with the same inputs after
-    executing the actions yields no further actions (a fixed point)."""
+    of the job now (its wait reason then); ``admitted`` is how many replicas that manager
+    admits (shown in the status; None: no manager decides). Calling it again with the same
+    inputs after executing the actions yields no further actions (a fixed point)."""
     s = _Step(
         job,
         spec,
@@ -583,6 +585,7 @@ def step(
     )
     st = s.status
     reflect_hints(st, now)  # the last report in status (printer columns, metrics, the pin)
+    st.admitted = admitted  # what the quota manager admits, beside what the job runs
     current = observed.of_group(st.group)
     # Older groups never overlap the current one.
     s.stop(observed.others(st.group))

@@ -244,6 +244,8 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
             details=lambda: f"{job_status()}\n{operator.tail()}",
         )
         assert len(job_status()["allocation"]) == 1  # 8 GPUs free, 1 admitted
+        # the status says what Kueue admitted (adl ls / describe show it beside the queue)
+        wait_for(lambda: job_status().get("admitted") == 1, timeout=30, what="status.admitted 1")
 
         # a higher-priority Job needing the whole quota: Kueue evicts the adl job
         remove_job("holder")
@@ -259,7 +261,11 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
             what="the adl job evicted and stopped, its quota given to the urgent Job",
             details=lambda: f"{job_status()}\n{workload()}\n{operator.tail()}\n{kueue.tail()}",
         )
-        said = job_status()
+        said = wait_for(
+            lambda: st if (st := job_status()).get("admitted") == 0 else None,
+            timeout=30,
+            what="status.admitted 0 once evicted",
+        )
         assert said.get("reason") == "WaitingForAdmission", said
         assert "evicted by Kueue" in said.get("message", "") or queue in said.get("message", "")
 
@@ -270,6 +276,7 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
             what="the adl job admitted again for 4 replicas and running them",
             details=lambda: f"{job_status()}\n{workload()}\n{operator.tail()}",
         )
+        wait_for(lambda: job_status().get("admitted") == 4, timeout=30, what="status.admitted 4")
     core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
     custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", high)
 

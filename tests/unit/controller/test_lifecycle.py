@@ -581,6 +581,23 @@ def test_a_job_its_quota_manager_admits_none_of_waits_for_admission_and_says_so(
     )
     assert set_status.status.message == why
     assert not [a for a in actions if isinstance(a, CreateGroup)]
+    assert set_status.status.admitted is None  # no count given: none shown
     running = status(Phase.RUNNING, 1, TWO)
-    evicted = step(JOB, spec(), running, obs(1, R, R), [], NOW, quota_wait="evicted by Kueue")
+    evicted = step(
+        JOB, spec(), running, obs(1, R, R), [], NOW, quota_wait="evicted by Kueue", admitted=0
+    )
     assert any(isinstance(a, DeleteGroup) for a in evicted)
+    (said,) = [a.status for a in evicted if isinstance(a, SetStatus)]
+    assert said.admitted == 0  # the status says Kueue admits none now
+
+
+def test_the_status_shows_what_the_quota_manager_admits() -> None:
+    running = status(Phase.RUNNING, 1, TWO)
+    (said,) = [
+        a.status
+        for a in step(JOB, spec(), running, obs(1, R, R), TWO, NOW, admitted=3)
+        if isinstance(a, SetStatus)
+    ]
+    assert said.admitted == 3 and said.phase == Phase.RUNNING
+    # a fixed point once written: no status churn on the next step
+    assert step(JOB, spec(), said, obs(1, R, R), TWO, NOW, admitted=3) == []
