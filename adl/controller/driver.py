@@ -25,7 +25,7 @@ from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, 
 from adl.controller.backend import WorkerBackend
 from adl.controller.history import CompletedWork
 from adl.controller.job_record import JobRecord
-from adl.controller.lifecycle import Timing, set_condition, step
+from adl.controller.lifecycle import Timing, set_condition, step, teardown
 from adl.controller.rounds import (
     RoundLog,
     RoundResult,
@@ -33,7 +33,7 @@ from adl.controller.rounds import (
     accrue_service,
     timed_plan_round,
 )
-from adl.models import Condition
+from adl.models import Condition, Phase
 from adl.sched.decisions import REASON
 from adl.sched.types import Policy
 
@@ -104,7 +104,22 @@ class Driver:
             admitted=job.ceiling,
         )
         execute(self.backend, job, actions)
+        suspended = any(
+            isinstance(a, SetStatus) and a.status.phase == Phase.SUSPENDED for a in actions
+        )
+        if suspended and job.desired:
+            # The answer it ran on is history: a resume must start on a fresh one (a round that
+            # read the job before the resume may still be writing), not on these GPUs. At once,
+            # on every backend (the next round would forget it too, but a resume may come first).
+            self.backend.set_desired({job.key: []})
         return actions
+
+    def tear_down(self, job: JobRecord) -> bool:
+        """Stop every group of a deleted ``job``, gracefully; True while any of its workers
+        is still present (the backend removes the job's traces once none is)."""
+        observed = self.backend.observe(job)
+        execute(self.backend, job, teardown(job.key, job.spec, observed))
+        return observed.any_present()
 
     def run_round(self, now: datetime) -> RoundResult:
         """One scheduling round over everything the backend holds."""

@@ -23,9 +23,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from adl.controller.driver import Driver, execute
+from adl.controller.driver import Driver
 from adl.controller.history import CompletedWork
-from adl.controller.lifecycle import teardown
 from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import RoundResult
 from adl.local.api_server import LocalApi
@@ -241,10 +240,7 @@ class Daemon:
 
     def _tear_down(self, rec: StoredJob) -> None:
         """A deleted job: stop its groups; once none is left, remove every trace of it."""
-        job = round_job(rec)
-        observed = self.groups.observe(rec)
-        execute(self.backend, job, teardown(rec.key, rec.spec, observed))
-        if not observed.any_present():
+        if not self.driver.tear_down(round_job(rec)):
             # files first: once the row is gone, nothing of the job is left anywhere (a daemon
             # killed in between finds the row again and finishes the removal)
             shutil.rmtree(self.groups.paths(rec).root, ignore_errors=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import os
@@ -27,9 +26,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from adl.controller.actions import CreateGroup, SetStatus
-from adl.controller.driver import Driver, execute
+from adl.controller.driver import Driver
 from adl.controller.job_record import JobRecord
-from adl.controller.lifecycle import starting_message, teardown
+from adl.controller.lifecycle import starting_message
 from adl.controller.liveness import ProgressBook, judge
 from adl.controller.rounds import RoundResult
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
@@ -191,8 +190,7 @@ def _tear_down(rt: Runtime, job: JobRecord, body: dict[str, Any]) -> None:
     """Stop every group of a deleted job (in a worker thread)."""
     rt.backend.begin(job.key, body, job.spec)
     try:
-        observed = rt.backend.observe(job)
-        execute(rt.backend, job, teardown(job.key, job.spec, observed))
+        rt.driver.tear_down(job)
     finally:
         rt.backend.end(job.key)
 
@@ -275,18 +273,6 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 await asyncio.to_thread(settle_workload, rt.store, workload, after, alive, _now())
             for pod in finished_leftovers(ctx.pods, status.group):
                 await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
-            suspended = any(
-                isinstance(a, SetStatus) and a.status.phase == Phase.SUSPENDED for a in actions
-            )
-            if suspended and desired:
-                # The answer it ran on is history: a resume must start on a fresh one (a round
-                # that read the job before the resume may still be writing), not on these GPUs.
-                await asyncio.to_thread(
-                    rt.store.patch_job_annotations,
-                    namespace,
-                    name,
-                    {P.ANNOTATION_ALLOCATION: json.dumps([])},
-                )
             return bool(status.allocation) and any(
                 isinstance(a, SetStatus) and a.status.phase.sits_out_rounds for a in actions
             )
