@@ -281,7 +281,7 @@ def plan_round(
     own while others do not, is left out (``RoundResult.faults``) and keeps what it holds, as a
     finishing job does. A policy failure that no single job explains (or that every job
     triggers alone) still raises: that is a bug of the policy, not a job's doing."""
-    ordered = sorted(jobs, key=lambda r: (r.created, r.key))
+    ordered = _off_spot(sorted(jobs, key=lambda r: (r.created, r.key)), nodes)
     live = [r for r in ordered if participates(r.spec, r.status) and r.ceiling != 0]
     # finishing jobs keep what they hold; the policy shares out the rest
     pinned = {r.key for r in live if finishing(r.status, now) and _current(r)}
@@ -342,6 +342,23 @@ def plan_round(
     return RoundResult(
         allocation, changed, len(infos), decisions=decisions, faults=faults, holds=holds
     )
+
+
+def _off_spot(records: list[JobRecord], nodes: Sequence[NodeInfo]) -> list[JobRecord]:
+    """A job that must not be preempted (``preemptible: false``) runs on on-demand nodes only:
+    the cloud takes spot capacity (``NodeInfo.preemptible``, from the well-known spot labels)
+    back at short notice. Within a node pool it already has, its on-demand nodes; on a cluster
+    without spot nodes, nothing changes."""
+    spot = [n for n in nodes if n.preemptible]
+    if not spot or all(r.spec.preemptible for r in records):
+        return records
+    on_demand = frozenset(n.name for n in nodes if not n.preemptible)
+    return [
+        r
+        if r.spec.preemptible
+        else replace(r, nodes=on_demand if r.nodes is None else r.nodes & on_demand)
+        for r in records
+    ]
 
 
 def _confined(record: JobRecord, answer: Sequence[str]) -> list[str]:
