@@ -25,7 +25,7 @@ from adl.contract import CLEAN_EXITS, ENV_MASTER_PORT
 from adl.controller.actions import CreateGroup
 from adl.controller.env import WorkerSite
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
-from adl.local import processes as P
+from adl.local import processes
 from adl.local.gpus import gpu_ids
 from adl.local.private import make_private_dir, write_private
 from adl.local.settings import Settings
@@ -53,7 +53,7 @@ class WorkerGroups:
         self.capacity = settings.gpus or settings.slots
         self.api_url = ""
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
-        self._warm: dict[str, tuple[P.GroupProcess, subprocess.Popen[bytes]]] = {}
+        self._warm: dict[str, tuple[processes.GroupProcess, subprocess.Popen[bytes]]] = {}
         self._warm_after: dict[str, float] = {}
         #: (job, group) -> (replicas, why) for groups whose launch failed: failed starts
         self._unstarted: dict[tuple[str, int], tuple[int, str]] = {}
@@ -78,8 +78,8 @@ class WorkerGroups:
             with contextlib.suppress(Exception):
                 proc.poll()
 
-    def paths(self, rec: StoredJob) -> P.GroupPaths:
-        return P.GroupPaths.for_job(self.home, rec.namespace, rec.name)
+    def paths(self, rec: StoredJob) -> processes.GroupPaths:
+        return processes.GroupPaths.for_job(self.home, rec.namespace, rec.name)
 
     def recover(self) -> None:
         """After a restart: stop every live group that is not the current one of an unfinished
@@ -90,22 +90,26 @@ class WorkerGroups:
         a new job of the same name was submitted into the new one) are stopped and moved aside:
         nothing of a predecessor is adopted, neither its workers nor its checkpoint."""
         by_key = {(r.namespace, r.name): r for r in self.jobs.values()}
-        for ns, name, root in P.job_dirs(self.home):
+        for ns, name, root in processes.job_dirs(self.home):
             rec = by_key.get((ns, name))
             try:
                 if rec is None:
-                    self.set_aside(P.GroupPaths(root), "no job in the state database owns it")
+                    self.set_aside(
+                        processes.GroupPaths(root), "no job in the state database owns it"
+                    )
                 elif not self.owns(rec):
-                    self.set_aside(P.GroupPaths(root), "an earlier job of that name left it")
+                    self.set_aside(
+                        processes.GroupPaths(root), "an earlier job of that name left it"
+                    )
             except OSError as err:  # the job's launch tries again (claim) and says why it fails
                 log.warning("cannot move aside the job directory %s: %s", root, err)
         for rec in self.jobs.values():
             paths = self.paths(rec)
-            P.drop_warm(paths)  # a warm shim nobody handed a plan to yet: not a group
+            processes.drop_warm(paths)  # a warm shim nobody handed a plan to yet: not a group
             known = {g.group for g in self.store.groups(rec.key)}
             for g in paths.recorded_groups():
-                proc = P.read_pidfile(paths.pidfile(g))
-                if proc is None or paths.result(g).exists() or not P.group_alive(proc):
+                proc = processes.read_pidfile(paths.pidfile(g))
+                if proc is None or paths.result(g).exists() or not processes.group_alive(proc):
                     continue
                 if g not in known:
                     self._restore_group_row(rec, g, proc)
@@ -125,7 +129,7 @@ class WorkerGroups:
         paths = self.paths(rec)
         if not paths.root.exists():
             return True
-        owner = P.read_json(paths.owner)
+        owner = processes.read_json(paths.owner)
         if owner is not None:
             return owner == self._owner(rec)
         # a directory from before owner records: the token, written before the first group
@@ -146,30 +150,30 @@ class WorkerGroups:
             make_private_dir(paths.root)
             write_private(paths.owner, json.dumps(self._owner(rec)))
 
-    def set_aside(self, paths: P.GroupPaths, why: str) -> None:
+    def set_aside(self, paths: processes.GroupPaths, why: str) -> None:
         """Stop whatever still runs from a job directory nobody owns and move the directory to
         ``jobs/.orphaned/``, where its checkpoint and logs stay for the user to look at. Blocks
         the daemon (at start) for at most ORPHAN_GRACE_S + ORPHAN_KILL_S: the workers must be
         gone before the directory moves, or one still checkpointing would recreate it."""
-        P.drop_warm(paths)  # waiting warm shims ran nothing: no grace
+        processes.drop_warm(paths)  # waiting warm shims ran nothing: no grace
         live = paths.live_shims()
         for proc in live:
-            P.signal_group(proc.pid, signal.SIGTERM)  # a chance to checkpoint, as at a stop
+            processes.signal_group(proc.pid, signal.SIGTERM)  # a chance to checkpoint, as at a stop
         graces = [
-            float((P.read_json(paths.plan(g)) or {}).get("grace_s", ORPHAN_GRACE_S))
+            float((processes.read_json(paths.plan(g)) or {}).get("grace_s", ORPHAN_GRACE_S))
             for g in paths.recorded_groups()
         ]
         deadline = time.monotonic() + min(max(graces, default=0.0), ORPHAN_GRACE_S)
-        while live and any(P.group_alive(p) for p in live) and time.monotonic() < deadline:
+        while live and any(processes.group_alive(p) for p in live) and time.monotonic() < deadline:
             time.sleep(0.05)
-        killed = [p for p in live if P.group_alive(p)]
+        killed = [p for p in live if processes.group_alive(p)]
         for proc in killed:
-            P.signal_group(proc.pid, signal.SIGKILL)
+            processes.signal_group(proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + ORPHAN_KILL_S
-        while any(P.group_alive(p) for p in killed) and time.monotonic() < deadline:
+        while any(processes.group_alive(p) for p in killed) and time.monotonic() < deadline:
             time.sleep(0.05)
         ns, name = paths.root.parent.name, paths.root.name
-        folder = self.home / "jobs" / P.ORPHANED / ns
+        folder = self.home / "jobs" / processes.ORPHANED / ns
         make_private_dir(folder)
         stamp = time.strftime("%Y%m%dT%H%M%S")
         dest = folder / f"{name}-{stamp}"
@@ -188,11 +192,11 @@ class WorkerGroups:
             dest,
         )
 
-    def _restore_group_row(self, rec: StoredJob, group: int, proc: P.GroupProcess) -> None:
+    def _restore_group_row(self, rec: StoredJob, group: int, proc: processes.GroupProcess) -> None:
         """Record a live group the previous daemon launched but was killed before recording:
         the slot gate and the SIGKILL escalation know groups only from the table."""
         plan_path = self.paths(rec).plan(group)
-        ranks = (P.read_json(plan_path) or {}).get("ranks", [])
+        ranks = (processes.read_json(plan_path) or {}).get("ranks", [])
         env = ranks[0].get("env", {}) if ranks else {}
         ids = gpu_ids(self.s.gpus)
         given = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if self.s.gpus else []
@@ -218,19 +222,19 @@ class WorkerGroups:
             child = self._children.get((rec.key, g))
             if child is not None and child.poll() is not None:
                 del self._children[(rec.key, g)]
-            result = P.read_result(paths.result(g))
+            result = processes.read_result(paths.result(g))
             n = self._group_size(rec, g)
             if result is not None:
-                for rank, code in enumerate(P.rank_codes(result)):
+                for rank, code in enumerate(processes.rank_codes(result)):
                     bad = code not in CLEAN_EXITS
                     msg = self._failure_text(paths, g, rank, code) if bad else ""
                     out.append(ReplicaState.exited(g, rank, code, msg))
                 codes = [int(c) if c is not None else -9 for c in result.get("codes", [])]
                 self._record_end(rec, g, codes, float(result.get("ended", time.time())))
                 continue
-            proc = P.read_pidfile(paths.pidfile(g))
+            proc = processes.read_pidfile(paths.pidfile(g))
             terminating = paths.pidfile(g).with_suffix(".stop").exists()
-            alive = proc is not None and P.group_alive(proc)
+            alive = proc is not None and processes.group_alive(proc)
             if not alive and paths.result(g).exists():
                 continue  # it finished between the two reads; the next tick sees the result
             if alive:
@@ -242,7 +246,7 @@ class WorkerGroups:
                 codes = [-9] * n
                 out += [ReplicaState.exited(g, r, -9, f"group {g} was killed") for r in range(n)]
                 self._record_end(rec, g, codes, time.time())
-                P.write_result_if_missing(paths.result(g), codes)
+                processes.write_result_if_missing(paths.result(g), codes)
         for (key, g), (n, why) in self._unstarted.items():
             if key == rec.key:
                 failed = ReplicaPhase.FAILED
@@ -252,15 +256,15 @@ class WorkerGroups:
         return ObservedWorkers(tuple(out))
 
     @staticmethod
-    def _failure_text(paths: P.GroupPaths, group: int, rank: int, code: int) -> str:
+    def _failure_text(paths: processes.GroupPaths, group: int, rank: int, code: int) -> str:
         """Why a rank failed, for ``adl describe``: its exit and the last line it printed in
         this group (none: just the exit)."""
         what = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        tail = P.group_last_line(paths.log(rank), group, rank)
+        tail = processes.group_last_line(paths.log(rank), group, rank)
         return f"rank {rank} {what}" + (f": {tail}" if tail else "")
 
     def _group_size(self, rec: StoredJob, group: int) -> int:
-        plan = P.read_json(self.paths(rec).plan(group))
+        plan = processes.read_json(self.paths(rec).plan(group))
         return len(plan.get("ranks", [])) if plan else 0
 
     def _record_end(self, rec: StoredJob, group: int, codes: list[int], ended: float) -> None:
@@ -275,8 +279,8 @@ class WorkerGroups:
             rec = self.jobs.get(g.key)
             if rec is None:
                 continue
-            proc = P.GroupProcess(g.pid or 0, g.start_ticks or 0)
-            if g.pid and P.group_alive(proc):
+            proc = processes.GroupProcess(g.pid or 0, g.start_ticks or 0)
+            if g.pid and processes.group_alive(proc):
                 used += g.replicas
                 devices.update(g.devices)
         return used, devices
@@ -320,7 +324,7 @@ class WorkerGroups:
 
     def _spawn(
         self, rec: StoredJob, action: CreateGroup, devices: list[int]
-    ) -> tuple[P.GroupProcess, subprocess.Popen[bytes] | None, int]:
+    ) -> tuple[processes.GroupProcess, subprocess.Popen[bytes] | None, int]:
         """Write the group's files and start its shim (or hand the plan to the warm one):
         the shim, the Popen to reap it, the rendezvous port."""
         self.claim(rec)
@@ -330,7 +334,7 @@ class WorkerGroups:
         if not paths.token.exists():
             # 0600 from creation, never briefly readable: the token is the job's API identity
             write_private(paths.token, rec.token)
-        port = P.free_port()
+        port = processes.free_port()
         site = WorkerSite(
             master_addr="127.0.0.1",
             master_port=port,
@@ -350,7 +354,7 @@ class WorkerGroups:
         grace = float(rec.spec.termination_grace_period_seconds)
         warm = self._warm.pop(rec.key, None)
         try:
-            proc, child = P.launch(
+            proc, child = processes.launch(
                 paths,
                 action.group,
                 ranks,
@@ -381,14 +385,14 @@ class WorkerGroups:
             return
         try:
             self.claim(rec)
-            self._warm[rec.key] = P.prewarm(self.paths(rec), env, cwd)
+            self._warm[rec.key] = processes.prewarm(self.paths(rec), env, cwd)
         except OSError as err:
             log.warning("no warm start for %s: %s", rec.key, err)
 
     def drop_warm(self, rec: StoredJob) -> None:
         warm = self._warm.pop(rec.key, None)
         if warm is not None:
-            P.drop_warm(self.paths(rec), warm[0])
+            processes.drop_warm(self.paths(rec), warm[0])
             with contextlib.suppress(Exception):
                 warm[1].wait(timeout=5)
 
@@ -413,14 +417,14 @@ class WorkerGroups:
         grace of 0 is a hard stop (a hung group: a stopped rank does not act on SIGTERM):
         SIGKILL at once."""
         paths = self.paths(rec)
-        proc = P.read_pidfile(paths.pidfile(group))
+        proc = processes.read_pidfile(paths.pidfile(group))
         marker = paths.pidfile(group).with_suffix(".stop")
         if proc is None:
             return
         if not marker.exists():
             margin = self.s.kill_margin_s if grace_s > 0 else 0.0
             write_private(marker, f"{time.time() + grace_s + margin}\n")
-            P.signal_group(proc.pid, signal.SIGKILL if grace_s <= 0 else signal.SIGTERM)
+            processes.signal_group(proc.pid, signal.SIGKILL if grace_s <= 0 else signal.SIGTERM)
 
     def escalate(self) -> None:
         """SIGKILL groups still alive past their stop deadline."""
@@ -434,8 +438,10 @@ class WorkerGroups:
                 deadline = float(marker.read_text())
             except (OSError, ValueError):
                 continue
-            if now > deadline and P.group_alive(P.GroupProcess(g.pid, g.start_ticks or 0)):
-                P.signal_group(g.pid, signal.SIGKILL)
+            if now > deadline and processes.group_alive(
+                processes.GroupProcess(g.pid, g.start_ticks or 0)
+            ):
+                processes.signal_group(g.pid, signal.SIGKILL)
 
     def reap(self) -> None:
         """Collect exited shims we launched (no zombies, even for purged jobs)."""
