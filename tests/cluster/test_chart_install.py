@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from chart_install import Installation
 from cluster_jobs import SCOPES, bound_claim, job_manifest, run_a_job
-from cluster_procs import wait_for
 from controlplane import ControlPlane
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -16,6 +15,7 @@ from operator_process import OperatorProcess
 from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.waiting import wait_for
 
 
 @pytest.mark.parametrize("installed_chart", SCOPES, indirect=True)
