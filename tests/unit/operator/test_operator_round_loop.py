@@ -15,10 +15,10 @@ import kopf
 import pytest
 import urllib3
 
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator.handlers import Runtime, round_loop, round_wait_s
 from adl.operator.store import KubeStore
+from tests.event_sink import EventRecorder
 from tests.fakes import NoPolicy
 from tests.waiting import eventually
 
@@ -55,10 +55,9 @@ async def rounds_reach(cluster: CountingCluster, count: int) -> None:
 
 @pytest.fixture
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime:
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)  # no kopf context here
     config = replace(handlers.DEFAULT_CONFIG, round_interval_s=INTERVAL_S, namespaces=[])
     monkeypatch.setattr(handlers, "DEFAULT_CONFIG", config)
-    rt = Runtime(cast(KubeStore, CountingCluster()), NoPolicy())
+    rt = Runtime(cast(KubeStore, CountingCluster()), NoPolicy(), events=EventRecorder())
     rt.jobs.add("ns/j")
     rt.rounds.last = time.monotonic()  # a round just ran
     return rt
