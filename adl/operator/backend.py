@@ -142,7 +142,13 @@ class NotOwned(Leftovers):
     reason = event = "TokenSecretNotOwned"
 
 
-def _event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+#: where the backend's Kubernetes Events go: (the object's body, type, reason, message)
+EventSink = Callable[[Mapping[str, Any], str, str, str], None]
+
+
+def post_kopf_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    """The operator's event sink: kopf posts the Event about ``body`` (its queue is there in
+    kopf's per-object tasks; the round loop's task installs it: ``event_posting``)."""
     kopf.event(cast(Any, body), type=type_, reason=reason, message=message[:1000])
 
 
@@ -224,9 +230,13 @@ class StepContext:
 class KubeBackend:
     """Pods and AdaptiveJob objects through one ``KubeStore``."""
 
-    def __init__(self, store: KubeStore, config: OperatorConfig) -> None:
+    def __init__(
+        self, store: KubeStore, config: OperatorConfig, events: EventSink = post_kopf_event
+    ) -> None:
         self.store = store
         self.config = config
+        #: every Event the backend emits goes here (tests pass a recorder: no kopf needed)
+        self.events = events
         self.steps: dict[str, StepContext] = {}
         #: job key -> the pod of its current group that the cluster refused to create, seen by
         #: the controller as a failed start (kept in memory: after an operator restart the
@@ -373,7 +383,7 @@ class KubeBackend:
         if pvc is not None and existing is None:
             _create_child(store, pvc)
         elif pvc is None and existing is None:
-            _event(
+            self.events(
                 ctx.body,
                 "Warning",
                 "CheckpointClaimNotFound",
@@ -399,7 +409,7 @@ class KubeBackend:
         ctx = self.steps.get(job)
         body = ctx.body if ctx is not None else self._listed.get(job)
         if body is not None:
-            _event(body, event.type, event.reason, event.message)
+            self.events(body, event.type, event.reason, event.message)
 
     # ---- the round
     def round_jobs(self) -> list[JobRecord]:
@@ -477,7 +487,7 @@ class KubeBackend:
         if self.no_pool.get(key) != message:
             self.no_pool[key] = message
             log.warning("%s: %s", key, message)
-            _event(self._listed[key], "Warning", "NoNodePool", message)
+            self.events(self._listed[key], "Warning", "NoNodePool", message)
 
     def _within_ceilings(self, record: JobRecord) -> JobRecord:
         """The job as its namespace's ceilings let the policy see it; a cap is said once."""
@@ -490,7 +500,7 @@ class KubeBackend:
         if self.capped.get(record.key) != message:
             self.capped[record.key] = message
             log.info("%s: %s", record.key, message)
-            _event(self._listed[record.key], "Warning", "NamespacePolicy", message)
+            self.events(self._listed[record.key], "Warning", "NamespacePolicy", message)
         return dataclasses.replace(record, spec=spec)
 
     def round_nodes(self) -> list[NodeInfo]:

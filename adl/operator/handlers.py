@@ -77,10 +77,14 @@ class Runtime:
     job, the round."""
 
     def __init__(
-        self, store: KubeStore, policy: Policy | None, config: OperatorConfig | None = None
+        self,
+        store: KubeStore,
+        policy: Policy | None,
+        config: OperatorConfig | None = None,
+        events: B.EventSink = B.post_kopf_event,
     ) -> None:
         self.config = config or DEFAULT_CONFIG
-        self.backend = KubeBackend(store, self.config)
+        self.backend = KubeBackend(store, self.config, events)
         policy = policy if policy is not None else self.config.policy_factory()
         self.driver = Driver(self.backend, policy, self.config.timing, on_round=self._on_round)
         self.locks: dict[str, asyncio.Lock] = {}
@@ -160,7 +164,7 @@ async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationErro
     await asyncio.to_thread(
         rt.store.patch_job_status, meta["namespace"], meta["name"], status_patch(status), None
     )
-    B._event(body, "Warning", "InvalidSpec", message)
+    rt.backend.events(body, "Warning", "InvalidSpec", message)
 
 
 async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
@@ -248,7 +252,7 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 if rt.waiting.get(key) != str(exc):  # say so once per thing waited for
                     rt.waiting[key] = str(exc)
                     log.info("%s: %s", key, exc)
-                    B._event(body, "Warning", exc.event, str(exc))
+                    rt.backend.events(body, "Warning", exc.event, str(exc))
                     # and in the status, where `adl describe` and `kubectl get aj` look
                     waiting = {"reason": exc.reason, "message": str(exc)}
                     await asyncio.to_thread(

@@ -18,11 +18,12 @@ from typing import Any
 
 import helm_python as helm
 import yaml
-from cluster_procs import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "adl"

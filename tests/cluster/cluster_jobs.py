@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_procs import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import OperatorProcess
 from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.waiting import wait_for
 
 #: the two ways the chart installs the operator (``installed_chart``'s indirect parameters)
 SCOPES = ["cluster", "namespaced"]

@@ -1,5 +1,4 @@
-"""Processes the cluster tests start; the cluster modules' waits (``wait_for``: the test kit's one
-wait helper, ``tests/waiting.py``).
+"""Processes the cluster tests start (the cluster modules wait with ``tests/waiting.py``).
 
 Every process runs in its own session with its output in a log file, so it can be stopped
 (SIGTERM, then SIGKILL after a grace period) or killed (-9) as a whole, and a failure can show
@@ -16,8 +15,6 @@ import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-from tests.waiting import wait_for as wait_for
 
 
 def free_port() -> int:

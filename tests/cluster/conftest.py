@@ -36,7 +36,6 @@ from typing import Any
 
 import pytest
 from chart_install import Installation, install, token_kubeconfig, uninstall
-from cluster_procs import wait_for
 from controlplane import ControlPlane, find_assets, pinned_versions
 from karpenter_install import Karpenter, delete_node_pools, start_karpenter
 from kubernetes import client
@@ -45,6 +44,7 @@ from kueue_install import Kueue, remove_webhooks, start_kueue
 from operator_process import OperatorProcess
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.waiting import wait_for
 
 HERE = Path(__file__).resolve().parent
 

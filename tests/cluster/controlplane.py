@@ -32,8 +32,10 @@ from typing import Any
 
 import yaml
 from cluster_pki import CertificateAuthority, CertPair, Pki, make_pki
-from cluster_procs import ManagedProcess, free_port, stop_all, wait_for
+from cluster_procs import ManagedProcess, free_port, stop_all
 from kubernetes import client, config
+
+from tests.waiting import wait_for
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build_assets.sh"

@@ -31,10 +31,12 @@ from typing import Any
 
 import yaml
 from chart_install import apply
-from cluster_procs import ManagedProcess, free_port, wait_for
+from cluster_procs import ManagedProcess, free_port
 from controlplane import ControlPlane
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.waiting import wait_for
 
 KARPENTER = ("karpenter.sh", "v1")
 KWOK = ("karpenter.kwok.sh", "v1alpha1")

@@ -13,14 +13,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.waiting import wait_for
 
 log = logging.getLogger("adl.tests.nodes")
 
@@ -173,20 +174,17 @@ class NodeKeeper:
     def _wait_untainted(self, timeout: float = 60.0) -> None:
         """A new Node carries ``node.kubernetes.io/not-ready`` until the node lifecycle
         controller has seen it Ready; the operator (rightly) leaves tainted nodes out."""
-        deadline = time.monotonic() + timeout
-        pending = {spec.name for spec in self.nodes}
-        while pending:
-            watcher = watch.Watch()
-            for ev in watcher.stream(self.core.list_node, timeout_seconds=5):
-                node = ev["object"]
-                taints = node.spec.taints or []
-                if not any(t.key == NOT_READY for t in taints):
-                    pending.discard(node.metadata.name)
-                if not pending:
-                    watcher.stop()
-                    break
-            if pending and time.monotonic() > deadline:
-                raise TimeoutError(f"nodes {sorted(pending)} still tainted {NOT_READY}")
+        names = {spec.name for spec in self.nodes}
+
+        def untainted() -> bool:
+            tainted = {
+                node.metadata.name
+                for node in self.core.list_node().items
+                if any(t.key == NOT_READY for t in node.spec.taints or [])
+            }
+            return not names & tainted
+
+        wait_for(untainted, timeout, what=f"nodes {sorted(names)} without {NOT_READY}")
 
     def _renew(self, name: str, now: datetime) -> None:
         node = self.core.read_node(name)

@@ -28,10 +28,12 @@ from typing import Any
 import helm_python as helm
 import yaml
 from chart_install import apply, token_kubeconfig
-from cluster_procs import ManagedProcess, free_port, wait_for
+from cluster_procs import ManagedProcess, free_port
 from controlplane import ControlPlane
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.waiting import wait_for
 
 NAMESPACE = "kueue-system"
 RELEASE = "kueue"

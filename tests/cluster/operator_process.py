@@ -15,7 +15,9 @@ import urllib.request
 from pathlib import Path
 
 from chart_install import ROOT, Installation
-from cluster_procs import ManagedProcess, free_port, wait_for
+from cluster_procs import ManagedProcess, free_port
+
+from tests.waiting import wait_for
 
 #: replaced by the harness: each operator process gets its own free ports
 _PER_PROCESS = ("--port=", "--health-port=", "--metrics-port=", "--api-url=")

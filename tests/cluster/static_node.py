@@ -12,9 +12,10 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
-from cluster_procs import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.waiting import wait_for
 
 LEASE_NAMESPACE = "kube-node-lease"
 #: the node lifecycle controller's grace period is 40-50 s; renew well within it

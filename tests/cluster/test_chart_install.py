@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from chart_install import Installation
 from cluster_jobs import SCOPES, bound_claim, job_manifest, run_a_job
-from cluster_procs import wait_for
 from controlplane import ControlPlane
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -16,6 +15,8 @@ from operator_process import OperatorProcess
 from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.chart_variants import INSTALLED, VARIANTS
+from tests.waiting import wait_for
 
 
 @pytest.mark.parametrize("installed_chart", SCOPES, indirect=True)
@@ -181,30 +182,7 @@ def test_what_the_operator_writes_is_kept(
     assert sorted(lost) == [], "fields the API server dropped from the operator's writes"
 
 
-#: chart values a user may set (tests/unit/charts renders more of them offline); each install
-#: must pass the real API server's validation and admission
-VARIANTS: dict[str, dict[str, Any]] = {
-    "standby": {"replicaCount": 2},  # PodDisruptionBudget, soft anti-affinity
-    "no-peering": {"peering": {"enabled": False}},
-    "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
-    "ceilings": {
-        "scheduler": {
-            "maxPriority": 0,
-            "allowNonPreemptible": False,
-            "namespacePolicies": {"team-a": {"maxPriority": 10}},
-        }
-    },
-    "metrics-from": {"networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]}},
-    "arbitrary-uid": {
-        "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
-    },
-    "digest": {"image": {"digest": "sha256:" + "0123456789abcdef" * 4}},
-    "extra-from": {"networkPolicy": {"extraFrom": [{"namespaceSelector": {}}]}},
-    "names": {"fullnameOverride": "adl-custom", "nameOverride": "adl-x"},
-}
-
-
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", INSTALLED)
 def test_chart_variant_is_accepted(
     variant: str, install_chart: Any, admin_api: client.ApiClient, namespace: str
 ) -> None:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import yaml
 from cluster_jobs import job_manifest
-from cluster_procs import wait_for
 from controlplane import ControlPlane
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -23,6 +22,7 @@ from operator_process import OperatorProcess
 from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

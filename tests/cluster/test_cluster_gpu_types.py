@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from cluster_jobs import bound_claim, job_manifest
-from cluster_procs import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import OperatorProcess
@@ -17,6 +16,7 @@ from static_node import StaticNodes
 
 from adl.contract import LABEL_GPU_PRODUCT
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.waiting import wait_for
 
 T4, A100 = "Tesla-T4", "NVIDIA-A100-SXM4-80GB"
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_procs import wait_for
 from karpenter_install import (
     CAPACITY_TYPE,
     GPU,
@@ -30,6 +29,8 @@ from kubelet_net import available
 from kubelet_nodes import NodeSpec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.waiting import wait_for
 
 #: a GKE-style GPU pool taint: only pods that tolerate it run on the pool's nodes
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}

@@ -8,7 +8,6 @@ from typing import Any
 
 from chart_install import Installation
 from cluster_jobs import bound_claim, job_manifest
-from cluster_procs import wait_for
 from kubernetes import client
 from kueue_install import Kueue
 from operator_process import OperatorProcess
@@ -16,6 +15,7 @@ from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.kueue import QUEUE_LABEL
+from tests.waiting import wait_for
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 

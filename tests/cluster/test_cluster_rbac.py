@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from chart_install import Installation
 from cluster_jobs import SCOPES, job_manifest, run_a_job
-from cluster_procs import wait_for
 from controlplane import ControlPlane
 from kubernetes import client
 from operator_process import OperatorProcess
 
 from adl.operator import permissions as perms
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.waiting import wait_for
 
 Triple = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 

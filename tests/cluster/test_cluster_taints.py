@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from cluster_jobs import bound_claim, job_manifest
-from cluster_procs import wait_for
 from kubernetes import client
 from operator_process import OperatorProcess
 from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.waiting import wait_for
 
 GKE_GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 DEDICATED = {"key": "dedicated", "value": "inference", "effect": "NoSchedule"}

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster_procs import wait_for
 from controlplane import ControlPlane, pinned_versions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.waiting import wait_for
 
 HERE = Path(__file__).resolve().parent
 

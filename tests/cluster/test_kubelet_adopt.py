@@ -10,12 +10,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cluster_procs import wait_for
 from kubelet import ProcessKubelet
 from kubelet_net import available
 from kubelet_nodes import GPU, LEASE_NAMESPACE, NOT_READY
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.waiting import wait_for
 
 SCRIPT = "import signal; print('running', flush=True); signal.pause()"
 

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from local_kit import FixedPolicy, wait_for
+from local_kit import FixedPolicy
 
 from adl.local.client import LocalBackend
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
+from tests.waiting import wait_for
 
 #: Relative tolerance of a logged float against the uninterrupted run. The runs differ only in
 #: where float32 sums are split: at 2 replicas each rank averages half the batch and the

@@ -22,7 +22,7 @@ from kopf.testing import KopfRunner
 from adl.operator import handlers
 from adl.operator.store import KUBE_URL_ENV
 from adl.sched.types import Allocation, JobInfo, NodeInfo
-from tests.waiting import eventually as eventually  # the kit's async wait, for this harness's users
+from tests.waiting import eventually
 
 JOBS = "adl.dev/v1/adaptivejobs"
 

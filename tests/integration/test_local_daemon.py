@@ -13,11 +13,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from local_kit import FixedPolicy, counter_spec, wait_for
+from local_kit import FixedPolicy, counter_spec
 
 from adl.cli.render import describe_text
 from adl.local.client import LocalBackend, daemon_pid
 from adl.models import Phase, RestartCause
+from tests.waiting import wait_for
 
 
 def _log(home, name: str, rank: int = 0) -> str:  # type: ignore[no-untyped-def]

@@ -20,7 +20,9 @@ from adl.models import Phase
 
 KIT = Path(__file__).resolve().parents[1] / "unit" / "local"
 sys.path.insert(0, str(KIT))
-from local_kit import WORKER, wait_for  # noqa: E402
+from local_kit import WORKER  # noqa: E402
+
+from tests.waiting import wait_for  # noqa: E402
 
 pytest.importorskip("sklearn")  # the tutorial's data set (the dev extra installs it)
 

@@ -17,11 +17,12 @@ import pytest
 KIT = Path(__file__).resolve().parents[1] / "unit" / "local"
 sys.path.insert(0, str(KIT))
 
-from local_kit import counter_spec, wait_for  # noqa: E402
+from local_kit import counter_spec  # noqa: E402
 
 from adl.local.client import LocalBackend, daemon_pid, start_daemon, stop_daemon  # noqa: E402
 from adl.local.processes import GroupPaths, group_alive, read_pidfile  # noqa: E402
 from adl.models import Phase, RestartCause  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

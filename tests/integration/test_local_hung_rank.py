@@ -25,10 +25,7 @@ from adl.local.client import LocalBackend
 from adl.local.daemon import Daemon
 from adl.models import AdaptiveJobSpec, Phase, RestartCause
 from tests.fakes import FixedPolicy
-
-KIT = Path(__file__).resolve().parents[1] / "unit" / "local"
-sys.path.insert(0, str(KIT))
-from local_kit import wait_for  # noqa: E402
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

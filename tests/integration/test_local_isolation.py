@@ -10,12 +10,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from local_kit import counter_spec, wait_for
+from local_kit import counter_spec
 from rich.console import Console
 
 from adl.cli.render import describe_text, jobs_table
 from adl.local.client import LocalBackend
 from adl.models import Phase
+from tests.waiting import wait_for
 
 #: schema-valid before the fix: integers of any size were accepted, and numpy cannot build a
 #: micro-batch grid up to 1e20 (every round, ``ls`` and ``/metrics`` raised)

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from local_kit import FixedPolicy, counter_spec, wait_for
+from local_kit import FixedPolicy, counter_spec
 
 from adl.local import processes as P
 from adl.local.warm import fork_rank, script_of
 from adl.models import Phase
+from tests.waiting import wait_for
 
 PY = sys.executable
 

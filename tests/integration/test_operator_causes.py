@@ -9,13 +9,14 @@ from typing import Any
 import kmock
 import pytest
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
-from operator_harness import Operator, ScriptedPolicy, eventually, objects
+from operator_harness import Operator, ScriptedPolicy, objects
 from test_operator_lifecycle import KEY, NS, job_body, patch_spec, run_group, status, submit
 
 from adl.models import Hints
 from adl.operator.api_store import OperatorApiStore
 from adl.operator.crd import GROUP
 from adl.operator.store import KubeStore
+from tests.waiting import eventually
 
 #: hints reports sent in a row
 REPORTS = 5

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 from operator_harness import *  # noqa: F403
-from operator_harness import Operator, ScriptedPolicy, eventually, objects
+from operator_harness import Operator, ScriptedPolicy, objects
 from test_operator_lifecycle import KEY, image_pull_backoff, job_body, status, submit
 
 from adl.controller.lifecycle import Timing
+from tests.waiting import eventually
 
 
 def pod_requests(k8s: Any) -> list[tuple[int, str, str]]:

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
-from operator_harness import Operator, RoundCounter, ScriptedPolicy, eventually, objects
+from operator_harness import Operator, RoundCounter, ScriptedPolicy, objects
 
 from adl.controller.lifecycle import Timing
 from adl.operator.store import MERGE, api_client
+from tests.waiting import eventually
 
 NS = "default"
 KEY = f"{NS}/train"

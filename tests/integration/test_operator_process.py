@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock fixtures)
-from operator_harness import eventually, objects
+from operator_harness import objects
 
 from adl.operator.store import KUBE_URL_ENV, api_client
+from tests.waiting import eventually
 
 
 def free_port() -> int:

@@ -18,11 +18,12 @@ import pytest
 import yaml
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
-from operator_harness import Operator, ScriptedPolicy, eventually, objects
+from operator_harness import Operator, ScriptedPolicy, objects
 
 from adl.operator import handlers
 from adl.operator import permissions as perms
 from adl.operator.store import api_client
+from tests.waiting import eventually
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "adl"
 

@@ -14,10 +14,11 @@ from typing import Any
 import kmock
 from kubernetes import client
 from operator_harness import *  # noqa: F403  (the kmock/operator fixtures)
-from operator_harness import Operator, RoundCounter, ScriptedPolicy, eventually, objects
+from operator_harness import Operator, RoundCounter, ScriptedPolicy, objects
 
 from adl.operator import handlers
 from adl.operator.store import MERGE, api_client
+from tests.waiting import eventually
 
 
 def job(name: str, namespace: str) -> dict[str, Any]:

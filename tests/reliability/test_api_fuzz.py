@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import atexit
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from adl.api import JobSnapshot, UnknownJob, create_app
-from adl.api.auth import find_owner, generate_token
-from adl.controller.status_hints import current_goodput
-from adl.models import AdaptiveJobStatus, GroupInfo, Heartbeat, Hints, Phase
+from adl.api import create_app
+from adl.api.auth import generate_token
+from adl.models import AdaptiveJobStatus, Hints, Phase
+from tests.memory_store import MemoryStore
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -26,49 +26,12 @@ JOB = "ns/a"
 TOKEN = generate_token()
 
 
-class MemoryStore:
-    """One running job; its last report merged into its status as the local store does."""
-
-    def __init__(self) -> None:
-        self.hints: dict[str, Hints] = {}
-        self.beats: list[Heartbeat] = []
-
-    def token_owner(self, token: str, job: str) -> str | None:
-        return find_owner([(JOB, TOKEN)], token, prefer=job)
-
-    def put_hints(self, job: str, hints: Hints) -> None:
-        if job != JOB:
-            raise UnknownJob(job)
-        self.hints[job] = hints
-
-    def put_heartbeat(self, job: str, beat: Heartbeat) -> None:
-        if job != JOB:
-            raise UnknownJob(job)
-        self.beats.append(beat)
-
-    def get_hints(self, job: str) -> Hints | None:
-        if job != JOB:
-            raise UnknownJob(job)
-        return self.hints.get(job)
-
-    def group_info(self, job: str) -> GroupInfo | None:
-        if job != JOB:
-            raise UnknownJob(job)
-        return GroupInfo(job=job, group=1, phase=Phase.RUNNING, world_size=2, allocation=["n", "n"])
-
-    def list_jobs(self) -> Iterable[JobSnapshot]:
-        h = self.hints.get(JOB)
-        st = AdaptiveJobStatus(phase=Phase.RUNNING, group=1, replicas=2, allocation=["n", "n"])
-        if h is not None:
-            st.hints, st.batch_size = h, h.batch_size
-            st.goodput = current_goodput(h, st.replicas)
-        return [JobSnapshot(JOB, st, gpus_per_replica=1)]
-
-    def ready(self) -> bool:
-        return True
-
-
-STORE = MemoryStore()
+#: one running job; its last report shows in the status that /metrics reads, as on the backends
+STORE = MemoryStore(
+    {JOB: AdaptiveJobStatus(phase=Phase.RUNNING, group=1, replicas=2, allocation=["n", "n"])},
+    {JOB: TOKEN},
+    merge_reports=True,
+)
 APP = create_app(STORE, docs=True)  # the document to fuzz from: the same routes, plus the docs
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 

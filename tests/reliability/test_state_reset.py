@@ -16,11 +16,12 @@ KIT = Path(__file__).resolve().parents[1] / "unit" / "local"
 sys.path.insert(0, str(KIT))
 
 from local_fixtures import backend, daemon_factory, home  # noqa: E402
-from local_kit import FixedPolicy, counter_spec, wait_for  # noqa: E402
+from local_kit import FixedPolicy, counter_spec  # noqa: E402
 
 from adl.local.client import DB_NAME, LocalBackend, daemon_pid  # noqa: E402
 from adl.local.processes import GroupPaths, group_alive, read_pidfile  # noqa: E402
 from adl.models import Phase  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 __all__ = ["backend", "daemon_factory", "home"]
 

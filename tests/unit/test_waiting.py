@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,23 @@ async def test_eventually_awaits_a_coroutine_check() -> None:
     assert await eventually(status, 5, every=0) is True
     with pytest.raises(WaitTimeout, match="ready: not within 0 s"):
         await eventually(status, 0, "ready")  # the iterator is spent: each call raises
+
+
+def test_the_waits_are_defined_once_and_imported_from_the_kit_itself() -> None:
+    """One wait helper: no test module defines its own ``wait_for``/``eventually`` or takes the
+    kit's from another module that passes it on (a re-export becomes a copy the day someone
+    edits it)."""
+    tests = Path(__file__).resolve().parents[1]
+    waits = {"wait_for", "eventually"}
+    wrong = []
+    for path in sorted(tests.rglob("*.py")):
+        where = path.relative_to(tests.parent)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in waits:
+                if path != tests / "waiting.py":
+                    wrong.append(f"{where}:{node.lineno}: defines its own {node.name}")
+            elif isinstance(node, ast.ImportFrom) and node.module != "tests.waiting":
+                for alias in node.names:
+                    if alias.name in waits:
+                        wrong.append(f"{where}:{node.lineno}: {alias.name} from {node.module}")
+    assert not wrong, "take wait_for/eventually from tests.waiting:\n" + "\n".join(wrong)

@@ -10,13 +10,13 @@ from typing import Any
 
 import yaml
 from chart_install import ROOT, Installation, token_kubeconfig
-from cluster_procs import wait_for
 from controlplane import ControlPlane
 from kubelet import ProcessKubelet
 from kubernetes import client
 from operator_process import OperatorProcess
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from tests.waiting import wait_for
 
 #: scheduling rounds this often (the chart's default is 30 s): the scenarios wait on them
 ROUND_S = 2

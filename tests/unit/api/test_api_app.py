@@ -14,76 +14,34 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from adl.api import METRIC_NAMES, AdlMetrics, JobSnapshot, UnknownJob, create_app
+from adl.api import METRIC_NAMES, AdlMetrics, JobSnapshot, create_app
 from adl.api.app import MAX_BODY_BYTES, create_metrics_app
 from adl.api.auth import find_owner, generate_token
 from adl.models import AdaptiveJobStatus, GroupInfo, Heartbeat, Hints, Phase, RestartCause
+from tests.memory_store import MemoryStore
 
 TOKENS = {"ns/a": generate_token(), "ns/b": generate_token()}
 HINTS = {"initBatchSize": 32, "maxBatchSize": 256, "batchSize": 64, "goodput": 1.5}
 
 
-class MemoryStore:
-    """Synchronous store, like the local backend's SQLite one."""
-
-    def __init__(self) -> None:
-        self.hints: dict[str, Hints] = {}
-        self.status = {
-            "ns/a": AdaptiveJobStatus(
-                phase=Phase.RUNNING,
-                group=2,
-                allocation=["n0", "n0", "n1"],
-                replicas=3,
-                restarts={RestartCause.RESIZE: 2, RestartCause.FAILURE: 1},
-                batch_size=96,
-                goodput=4.25,
-                attained_service_s=30.0,
-            ),
-            "ns/b": AdaptiveJobStatus(phase=Phase.PENDING),
-        }
-        self.healthy = True
-        self.deleted: set[str] = set()
-        self.beats: list[tuple[str, Heartbeat]] = []
-
-    def token_owner(self, token: str, job: str) -> str | None:
-        return find_owner(TOKENS.items(), token, prefer=job)
-
-    def put_hints(self, job: str, hints: Hints) -> None:
-        if job in self.deleted:
-            raise UnknownJob(job)
-        self.hints[job] = hints
-
-    def put_heartbeat(self, job: str, beat: Heartbeat) -> None:
-        if job in self.deleted:
-            raise UnknownJob(job)
-        self.beats.append((job, beat))
-
-    def get_hints(self, job: str) -> Hints | None:
-        if job in self.deleted:
-            raise UnknownJob(job)
-        return self.hints.get(job)
-
-    def group_info(self, job: str) -> GroupInfo | None:
-        st = self.status[job]
-        if st.group == 0:
-            return None
-        return GroupInfo(
-            job=job, group=st.group, phase=st.phase, master_addr="127.0.0.1",
-            master_port=29500, world_size=len(st.allocation), num_nodes=2,
-            allocation=st.allocation,
-        )  # fmt: skip
-
-    def list_jobs(self) -> Iterable[JobSnapshot]:
-        return [JobSnapshot(k, s, gpus_per_replica=2) for k, s in self.status.items()]
-
-    def ready(self) -> bool:
-        if self.healthy is None:
-            raise RuntimeError("database is locked")
-        return self.healthy
+def api_store(kind: type[MemoryStore] = MemoryStore) -> MemoryStore:
+    """ns/a running a group of three replicas (two GPUs each) on two nodes; ns/b pending."""
+    running = AdaptiveJobStatus(
+        phase=Phase.RUNNING,
+        group=2,
+        allocation=["n0", "n0", "n1"],
+        replicas=3,
+        restarts={RestartCause.RESIZE: 2, RestartCause.FAILURE: 1},
+        batch_size=96,
+        goodput=4.25,
+        attained_service_s=30.0,
+    )
+    jobs = {"ns/a": running, "ns/b": AdaptiveJobStatus(phase=Phase.PENDING)}
+    return kind(jobs, TOKENS, gpus_per_replica=2)
 
 
 class AsyncStore(MemoryStore):
-    """Coroutine methods, like the operator's Kubernetes-backed store."""
+    """The kit's store with coroutine methods, like the operator's Kubernetes-backed store."""
 
     async def token_owner(self, token: str, job: str) -> str | None:  # type: ignore[override]
         return MemoryStore.token_owner(self, token, job)
@@ -104,7 +62,7 @@ def auth(job: str) -> dict[str, str]:
 
 @pytest.fixture(params=[MemoryStore, AsyncStore], ids=["sync-store", "async-store"])
 def store(request: pytest.FixtureRequest) -> MemoryStore:
-    return request.param()
+    return api_store(request.param)
 
 
 @pytest.fixture
@@ -227,7 +185,7 @@ def test_health_and_readiness(client: TestClient, store: MemoryStore) -> None:
     assert client.get("/readyz").status_code == 200
     store.healthy = False
     assert client.get("/readyz").status_code == 503
-    store.healthy = None  # type: ignore[assignment]
+    store.healthy = None
     r = client.get("/readyz")
     # not ready, and the store's own error (internals, on Kubernetes) stays in the log
     assert r.status_code == 503 and r.json()["status"] == "unavailable"
@@ -248,7 +206,7 @@ def test_a_blocking_store_runs_off_the_event_loop() -> None:
                 seen.append(False)
             super().put_hints(job, hints)
 
-    client = TestClient(create_app(Probe()))
+    client = TestClient(create_app(api_store(Probe)))
     assert client.put(URL, json=HINTS, headers=auth("ns/a")).status_code == 204
     assert seen == [False]
 
@@ -373,8 +331,8 @@ def test_metrics(store: MemoryStore) -> None:
 def test_each_app_has_its_own_registry() -> None:
     one, two = AdlMetrics(), AdlMetrics()
     one.observe_round(1.0)
-    c1 = TestClient(create_app(MemoryStore(), metrics=one))
-    c2 = TestClient(create_app(MemoryStore(), metrics=two))
+    c1 = TestClient(create_app(api_store(), metrics=one))
+    c2 = TestClient(create_app(api_store(), metrics=two))
     assert _samples(c1.get("/metrics").text)[("adl_rounds_total", ())] == 1
     assert _samples(c2.get("/metrics").text)[("adl_rounds_total", ())] == 0
 

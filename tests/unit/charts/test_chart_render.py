@@ -11,44 +11,9 @@ import pytest
 import yaml
 
 from adl.operator import permissions as perms
+from tests.chart_variants import VARIANTS
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "adl"
-
-VARIANTS: dict[str, dict[str, Any]] = {
-    "default": {},
-    "namespaced": {"namespaced": True, "watchNamespaces": ["team-a", "team-b"]},
-    "servicemonitor": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"r": "p"}}}},
-    "custom-image": {
-        "image": {"repository": "registry.example/adl-op", "tag": "1.2.3", "pullPolicy": "Always"},
-        "imagePullSecrets": [{"name": "regcred"}],
-    },
-    "no-peering": {"peering": {"enabled": False}},
-    "kueue": {"kueue": {"enabled": True}},
-    "kueue-namespaced": {
-        "kueue": {"enabled": True},
-        "namespaced": True,
-        "watchNamespaces": ["team-a"],
-    },
-    "standby": {"replicaCount": 2},
-    "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
-    "ceilings": {
-        "scheduler": {
-            "maxPriority": 0,
-            "allowNonPreemptible": False,
-            "namespacePolicies": {"team-a": {"maxPriority": 10}},
-        }
-    },
-    "metrics-from": {"networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]}},
-    # OpenShift's restricted SCC assigns the UID: null drops a default key
-    "arbitrary-uid": {
-        "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
-    },
-    "digest": {"image": {"digest": "sha256:" + "0123456789abcdef" * 4}},
-    "networkpolicy": {
-        "networkPolicy": {"enabled": True, "extraFrom": [{"namespaceSelector": {}}]},
-        "namespaced": True,
-    },
-}
 
 
 def render(values: dict[str, Any], namespace: str = "adl-system") -> list[dict[str, Any]]:
@@ -109,7 +74,8 @@ def test_operator_accepts_the_rendered_args(variant: str) -> None:
     (deploy,) = kinds(render(VARIANTS[variant]), "Deployment")
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     opts = parse_args(container["args"])
-    assert opts.port == 8080 and opts.api_url == "http://adl.adl-system.svc:8080"
+    service = VARIANTS[variant].get("fullnameOverride", "adl")  # the release's name else
+    assert opts.port == 8080 and opts.api_url == f"http://{service}.adl-system.svc:8080"
     assert opts.all_namespaces is not VARIANTS[variant].get("namespaced", False)
     assert opts.standalone is (variant == "no-peering")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}

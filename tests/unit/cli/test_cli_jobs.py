@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from local_kit import WORKER, wait_for
+from local_kit import WORKER
 from typer.testing import CliRunner
 
 from adl.cli.main import app
 from adl.local.client import LocalBackend, daemon_pid
 from adl.local.store import Store
 from adl.models import Phase
+from tests.waiting import wait_for
 
 runner = CliRunner()
 

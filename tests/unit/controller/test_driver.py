@@ -10,18 +10,14 @@ while a job's model is unchanged, and a new one once it changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_objects import KubeObjects
+from three_backends import BACKENDS, DriverOn, driver_on
 
-from adl.controller.driver import Driver
-from adl.controller.job_record import JobRecord
-from adl.controller.memory import MemoryBackend
 from adl.models import (
     AdaptiveJobSpec,
     AdaptiveJobStatus,
@@ -91,113 +87,37 @@ class Clock:
         return self.t
 
 
-@dataclass
-class Setup:
-    """A driver over one backend, and how to read and change that backend's stored state."""
-
-    driver: Driver
-    service: Callable[[str], float]
-    set_hints: Callable[[str, Hints], None]
-    status: Callable[[str], AdaptiveJobStatus]  # as the backend persisted it
-
-
-def memory_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[Setup]:
-    jobs = [JobRecord(k, SPEC, running(n), NOW) for k, n in RUNNING.items()]
-    backend = MemoryBackend(jobs, [NodeInfo("n1", 4)])
-    set_hints = backend.set_hints
-
-    yield Setup(
-        Driver(backend, policy, clock=clock),
-        lambda key: backend.jobs[key].status.attained_service_s,
-        set_hints,
-        lambda key: backend.jobs[key].status,
-    )
-
-
-def local_setup(policy: KeepPolicy, clock: Clock, tmp_path: Path) -> Iterator[Setup]:
-    from adl.local.daemon import Daemon, Settings
-
-    daemon = Daemon(Settings(home=tmp_path, api=False), policy_factory=lambda: policy)
-    for key, replicas in RUNNING.items():
-        ns, name = key.split("/")
-        daemon.store.add_job(ns, name, SPEC)
-        daemon.store.set_status(key, running(replicas))
-        daemon.store.set_hints(key, hints())
-    daemon.reload()
-    daemon.driver.clock = clock
-
-    def set_hints(key: str, h: Hints) -> None:
-        daemon.store.set_hints(key, h)
-        daemon.reload()
-
-    try:
-        yield Setup(
-            daemon.driver,
-            lambda key: daemon.store.job(key).status.attained_service_s,  # as persisted
-            set_hints,
-            lambda key: daemon.store.job(key).status,
-        )
-    finally:
-        daemon.store.close()
-
-
-def kube_setup(
-    policy: KeepPolicy, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Setup]:
-    from adl.operator import backend as kube_backend
-    from adl.operator.handlers import Runtime
-
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)  # no kopf context here
-    dump = {"mode": "json", "by_alias": True, "exclude_none": True}
-    objects = KubeObjects(
-        {k: (SPEC.model_dump(**dump), running(r).model_dump(**dump)) for k, r in RUNNING.items()},
-        gpus=4,
-    )
-    rt = Runtime(objects, policy)  # type: ignore[arg-type]
-    rt.driver.clock = clock
-
-    def set_hints(key: str, h: Hints) -> None:
-        objects.jobs[key]["status"]["hints"] = h.model_dump(mode="json", by_alias=True)
-
-    yield Setup(
-        rt.driver,
-        lambda key: float(objects.jobs[key]["status"].get("attainedServiceS", 0.0)),
-        set_hints,
-        lambda key: AdaptiveJobStatus.from_object(objects.jobs[key]),
-    )
-
-
-@pytest.fixture(params=["memory", "local", "kubernetes"])
+@pytest.fixture(params=BACKENDS)
 def setup(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Setup, KeepPolicy, Clock]]:
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[DriverOn, KeepPolicy, Clock]]:
     policy, clock = KeepPolicy(), Clock()
-    if request.param == "memory":
-        gen = memory_setup(policy, clock, tmp_path)
-    elif request.param == "local":
-        gen = local_setup(policy, clock, tmp_path)
-    else:
-        gen = kube_setup(policy, clock, tmp_path, monkeypatch)
-    yield next(gen), policy, clock
-    next(gen, None)
+    jobs = {key: (SPEC, running(replicas)) for key, replicas in RUNNING.items()}
+    with driver_on(request.param, jobs, policy, tmp_path, gpus=4, clock=clock) as on:
+        yield on, policy, clock
+
+
+def service(on: DriverOn, key: str) -> float:
+    """GPU-seconds of service the job accrued, as the backend persisted them."""
+    return on.status(key).attained_service_s
 
 
 def test_every_backend_accrues_attained_service_through_the_driver(
-    setup: tuple[Setup, KeepPolicy, Clock],
+    setup: tuple[DriverOn, KeepPolicy, Clock],
 ) -> None:
     s, _, clock = setup
     s.driver.run_round(NOW)  # the first round only starts each job's clock
-    assert s.service("ns/a") == 0.0
+    assert service(s, "ns/a") == 0.0
     for _ in range(3):
         clock.t += 10.0
         s.driver.run_round(NOW)
     # GPU-seconds: replicas x 30 s, persisted by the backend where it keeps job state
-    assert s.service("ns/a") == pytest.approx(2 * 30.0)
-    assert s.service("ns/b") == pytest.approx(1 * 30.0)
+    assert service(s, "ns/a") == pytest.approx(2 * 30.0)
+    assert service(s, "ns/b") == pytest.approx(1 * 30.0)
 
 
 def test_every_backend_keeps_speedup_tables_across_rounds(
-    setup: tuple[Setup, KeepPolicy, Clock],
+    setup: tuple[DriverOn, KeepPolicy, Clock],
 ) -> None:
     s, policy, clock = setup
     for _ in range(3):
@@ -215,7 +135,7 @@ def test_every_backend_keeps_speedup_tables_across_rounds(
 
 
 def test_every_backend_persists_the_mark_of_a_job_left_out_of_the_round(
-    setup: tuple[Setup, KeepPolicy, Clock],
+    setup: tuple[DriverOn, KeepPolicy, Clock],
 ) -> None:
     """A job whose speedup function raises is left out; the Schedulable=False condition the
     driver gives it is persisted where the backend keeps status, and cleared afterwards."""

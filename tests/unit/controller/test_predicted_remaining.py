@@ -9,15 +9,14 @@ finished jobs, so a restarted operator or daemon rebuilds the history from its f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
-from kube_objects import KubeObjects
+from three_backends import BACKENDS, DriverOn, driver_on
 
 from adl.controller.driver import Driver
 from adl.controller.history import CompletedWork, job_kind
@@ -234,76 +233,13 @@ SCENARIO: dict[str, tuple[AdaptiveJobSpec, AdaptiveJobStatus]] = {
 }
 
 
-@dataclass
-class Backend:
-    """A driver over one backend's stored state, and a restart of that backend."""
-
-    driver: Driver
-    restart: Callable[[], Driver]  # a new driver (a restarted operator or daemon), same state
-
-
-def memory_backend(policy: SeenPolicy, tmp_path: Path) -> Iterator[Backend]:
-    backend = MemoryBackend(
-        [JobRecord(k, s, st, NOW) for k, (s, st) in SCENARIO.items()], [NodeInfo("n1", 8)]
-    )
-    yield Backend(Driver(backend, policy), lambda: Driver(backend, policy))
-
-
-def local_backend(policy: SeenPolicy, tmp_path: Path) -> Iterator[Backend]:
-    from adl.local.daemon import Daemon, Settings
-
-    daemons: list[Daemon] = []
-
-    def start() -> Driver:
-        if daemons:
-            daemons[-1].store.close()
-        daemon = Daemon(Settings(home=tmp_path, api=False), policy_factory=lambda: policy)
-        daemon.reload()
-        daemons.append(daemon)
-        return daemon.driver
-
-    store = Daemon(Settings(home=tmp_path, api=False)).store
-    for key, (s, status) in SCENARIO.items():
-        ns, name = key.split("/")
-        store.add_job(ns, name, s)
-        store.set_status(key, status)  # the daemon's write keeps no hints: the API's is next
-        if status.hints is not None:
-            store.set_hints(key, status.hints)
-    store.close()
-    try:
-        yield Backend(start(), start)
-    finally:
-        daemons[-1].store.close()
-
-
-def kube_backend(
-    policy: SeenPolicy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Backend]:
-    from adl.operator import backend as kube
-    from adl.operator.handlers import Runtime
-
-    monkeypatch.setattr(kube, "_event", lambda *a, **k: None)  # no kopf context here
-    objects = KubeObjects({k: (s.wire(), st.wire()) for k, (s, st) in SCENARIO.items()}, gpus=8)
-
-    def start() -> Driver:
-        return Runtime(objects, policy).driver  # type: ignore[arg-type]
-
-    yield Backend(start(), start)
-
-
-@pytest.fixture(params=["memory", "local", "kubernetes"])
+@pytest.fixture(params=BACKENDS)
 def backend(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Backend, SeenPolicy]]:
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[DriverOn, SeenPolicy]]:
     policy = SeenPolicy()
-    if request.param == "memory":
-        gen = memory_backend(policy, tmp_path)
-    elif request.param == "local":
-        gen = local_backend(policy, tmp_path)
-    else:
-        gen = kube_backend(policy, tmp_path, monkeypatch)
-    yield next(gen), policy
-    next(gen, None)
+    with driver_on(request.param, SCENARIO, policy, tmp_path, gpus=8) as on:
+        yield on, policy
 
 
 def _predicted(info: JobInfo) -> tuple[float | None, int]:
@@ -311,7 +247,7 @@ def _predicted(info: JobInfo) -> tuple[float | None, int]:
 
 
 def test_every_backend_predicts_a_hidden_length_from_its_completed_jobs(
-    backend: tuple[Backend, SeenPolicy],
+    backend: tuple[DriverOn, SeenPolicy],
 ) -> None:
     b, policy = backend
     b.driver.run_round(NOW)
@@ -330,7 +266,7 @@ def test_every_backend_predicts_a_hidden_length_from_its_completed_jobs(
 
 
 def test_every_backend_rebuilds_the_history_after_a_restart(
-    backend: tuple[Backend, SeenPolicy],
+    backend: tuple[DriverOn, SeenPolicy],
 ) -> None:
     b, policy = backend
     b.driver.run_round(NOW)

@@ -1,5 +1,5 @@
 """Helpers for the local backend's tests: the torch-free counter worker's spec, a fixed policy
-tests steer by hand, and the kit's wait (``tests/waiting.py``) for the tests that use this kit."""
+tests steer by hand (tests wait with ``tests/waiting.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from pathlib import Path
 
 from adl.models import AdaptiveJobSpec
 from tests.fakes import FixedPolicy
-from tests.waiting import wait_for as wait_for  # the test kit's one wait, for the users of this kit
 
-__all__ = ["FixedPolicy", "counter_spec", "wait_for"]
+__all__ = ["FixedPolicy", "counter_spec"]
 
 WORKER = Path(__file__).with_name("counter_worker.py")
 

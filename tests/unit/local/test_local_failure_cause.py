@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from local_kit import FixedPolicy, counter_spec, wait_for
+from local_kit import FixedPolicy, counter_spec
 
 from adl.local.client import LocalBackend
 from adl.models import Phase
-from tests.waiting import ROOT
+from tests.waiting import ROOT, wait_for
 
 #: rank 0 waits (default SIGTERM action: it dies of the signal); rank 1 fails once rank 0 is up
 SCRIPT = (

@@ -5,13 +5,17 @@ decision event before)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
 from kopf._core.engines import posting
 
 from adl.operator import event_posting
+from adl.operator.backend import post_kopf_event
+from adl.operator.handlers import Runtime
+from adl.operator.store import KubeStore
+from tests.fakes import NoPolicy
 
 BODY: dict[str, Any] = {
     "apiVersion": "adl.dev/v1",
@@ -48,3 +52,21 @@ async def test_a_task_outside_kopf_posts_through_the_captured_poster() -> None:
 
 async def _capture_here() -> event_posting.Poster | None:
     return event_posting.capture()
+
+
+async def test_the_backends_default_sink_posts_through_kopf() -> None:
+    """Tests hand ``Runtime``/``KubeBackend`` a recording sink; the operator's own (the
+    default) puts the Event on kopf's posting queue, its message cut to what an Event holds."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    posting.settings_var.set(kopf.OperatorSettings())
+
+    async def in_a_handler() -> None:  # kopf's context, as in one object's handler
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(queue)
+        runtime = Runtime(cast(KubeStore, object()), NoPolicy())
+        assert runtime.backend.events is post_kopf_event
+        runtime.backend.events(BODY, "Warning", "NoNodePool", "x" * 1500)
+
+    await asyncio.create_task(in_a_handler())
+    event = await asyncio.wait_for(queue.get(), 5)
+    assert (event.type, event.reason, event.message) == ("Warning", "NoNodePool", "x" * 1000)

@@ -7,8 +7,8 @@ from typing import Any
 
 from operator_kit import MemoryCluster
 
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
+from tests.event_sink import EventRecorder
 
 
 class FakeStore(MemoryCluster):
@@ -36,10 +36,9 @@ class FakeStore(MemoryCluster):
         self.status_writes.append(status)
 
 
-async def test_a_conflicting_write_is_decided_again_from_a_fresh_read(monkeypatch: Any) -> None:
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
+async def test_a_conflicting_write_is_decided_again_from_a_fresh_read() -> None:
     store = FakeStore()
-    rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(store, policy=None, events=EventRecorder())  # type: ignore[arg-type]
     await handlers.reconcile_job(rt, "ns", "j")
     assert store.reads == 2  # first attempt hit the conflict, the second re-read
     assert len(store.status_writes) == 1  # only the fresh decision was written
@@ -48,10 +47,9 @@ async def test_a_conflicting_write_is_decided_again_from_a_fresh_read(monkeypatc
     assert [p["metadata"]["name"] for p in store.pods] == ["j-g1-0"]  # created exactly once
 
 
-async def test_repeated_conflicts_give_up_without_acting(monkeypatch: Any) -> None:
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
+async def test_repeated_conflicts_give_up_without_acting() -> None:
     store = FakeStore()
     store.concurrent_writes = 100
-    rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(store, policy=None, events=EventRecorder())  # type: ignore[arg-type]
     await handlers.reconcile_job(rt, "ns", "j")
     assert store.reads == 5 and store.status_writes == [] and store.pods == []

@@ -10,9 +10,9 @@ from typing import Any
 
 from operator_kit import MemoryCluster
 
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator import pods as P
+from tests.event_sink import EventRecorder
 
 JOB = P.JobRef("j", "ns", "u")
 PLANTED_TOKEN = "chosen-by-a-tenant"
@@ -28,12 +28,11 @@ def planted_secret() -> dict[str, Any]:
     return secret
 
 
-async def test_a_secret_planted_before_the_job_is_refused_not_adopted(monkeypatch: Any) -> None:
+async def test_a_secret_planted_before_the_job_is_refused_not_adopted() -> None:
     cluster = MemoryCluster(maxReplicas=1)
-    events: list[tuple[str, str]] = []
-    monkeypatch.setattr(kube_backend, "_event", lambda body, t, r, m: events.append((r, m)))
+    events = EventRecorder()
     cluster.create(planted_secret())
-    rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(cluster, policy=None, events=events)  # type: ignore[arg-type]
     await handlers._reconcile_job(rt, "ns", "j")
 
     # the planted token is not the job's: no hash of it, no pod mounting it
@@ -44,10 +43,10 @@ async def test_a_secret_planted_before_the_job_is_refused_not_adopted(monkeypatc
     assert cluster.job["status"]["reason"] == "TokenSecretNotOwned"
     message = cluster.job["status"]["message"]
     assert "Secret j-adl-token" in message and "not created by the operator" in message
-    assert [r for r, _ in events if r == "TokenSecretNotOwned"] == ["TokenSecretNotOwned"]
+    assert [r for r in events.reasons() if r == "TokenSecretNotOwned"] == ["TokenSecretNotOwned"]
 
     await handlers._reconcile_job(rt, "ns", "j")  # said once, still waiting
-    assert [r for r, _ in events if r == "TokenSecretNotOwned"] == ["TokenSecretNotOwned"]
+    assert [r for r in events.reasons() if r == "TokenSecretNotOwned"] == ["TokenSecretNotOwned"]
     assert cluster.pods == []
 
     # an admin removes it: the job makes its own Secret, owned by it, with a fresh token
@@ -61,28 +60,26 @@ async def test_a_secret_planted_before_the_job_is_refused_not_adopted(monkeypatc
     assert cluster.job["status"]["reason"] == "Starting"
 
 
-async def test_a_secret_owned_by_something_else_is_refused_too(monkeypatch: Any) -> None:
+async def test_a_secret_owned_by_something_else_is_refused_too() -> None:
     # an ownerReference to another kind (or a forged one to an unrelated object) is not this job
     cluster = MemoryCluster(maxReplicas=1)
-    monkeypatch.setattr(kube_backend, "_event", lambda body, t, r, m: None)
     secret = planted_secret()
     secret["metadata"]["ownerReferences"] = [
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "cm-uid"}
     ]
     cluster.create(secret)
-    rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(cluster, policy=None, events=EventRecorder())  # type: ignore[arg-type]
     await handlers._reconcile_job(rt, "ns", "j")
     assert cluster.pods == []
     assert cluster.job["status"]["reason"] == "TokenSecretNotOwned"
     assert "adl.dev/token-sha256" not in cluster.job["metadata"]["annotations"]
 
 
-async def test_the_jobs_own_secret_is_reused_after_an_operator_restart(monkeypatch: Any) -> None:
+async def test_the_jobs_own_secret_is_reused_after_an_operator_restart() -> None:
     # the check must not refuse the Secret the operator made for this very job
     cluster = MemoryCluster(maxReplicas=1)
-    monkeypatch.setattr(kube_backend, "_event", lambda body, t, r, m: None)
     cluster.create(P.build_token_secret(JOB, "the-jobs-token"))
-    rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(cluster, policy=None, events=EventRecorder())  # type: ignore[arg-type]
     await handlers._reconcile_job(rt, "ns", "j")
     from adl.api.auth import token_digest
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from operator_kit import MemoryCluster
 
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator import pods as P
+from tests.event_sink import EventRecorder
 
 OLD = P.JobRef("j", "ns", "old-uid")
 NEW = P.JobRef("j", "ns", "new-uid")
@@ -21,11 +21,13 @@ class Cluster(MemoryCluster):
 
     def __init__(self) -> None:
         super().__init__(uid=NEW.uid, maxReplicas=1)
-        self.events: list[str] = []  # the PreviousJobResources events' messages
+        #: the operator's Events (every Runtime of the test posts here)
+        self.recorder = EventRecorder()
 
-    def said(self, reason: str, message: str) -> None:
-        if reason == "PreviousJobResources":
-            self.events.append(message)
+    @property
+    def events(self) -> list[str]:
+        """The PreviousJobResources events' messages."""
+        return [e.message for e in self.recorder.said if e.reason == "PreviousJobResources"]
 
     def leftovers_of_the_old_job(self) -> None:
         for obj in (P.build_service(OLD), P.build_token_secret(OLD, "old-token")):
@@ -49,11 +51,10 @@ def owner(obj: dict[str, Any] | None) -> str:
     return str(obj["metadata"]["ownerReferences"][0]["uid"])
 
 
-async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go(monkeypatch: Any) -> None:
+async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go() -> None:
     cluster = Cluster()
-    monkeypatch.setattr(kube_backend, "_event", lambda body, t, reason, m: cluster.said(reason, m))
     cluster.leftovers_of_the_old_job()
-    rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(cluster, policy=None, events=cluster.recorder)  # type: ignore[arg-type]
     await handlers._reconcile_job(rt, "ns", "j")
     # the old pod (same labels, another owner) is not taken for the new job's group 1 ...
     assert cluster.job["status"]["phase"] == "Starting"
@@ -74,7 +75,7 @@ async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go(monkeypatch
     assert owner(cluster.get("Pod", P.pod_name("j", 1, 0))) == OLD.uid
     assert cluster.get_secret("ns", "j-adl-token") is None
     cluster.collect_garbage(("Pod",))
-    rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]  # operator restarted
+    rt = handlers.Runtime(cluster, policy=None, events=cluster.recorder)  # type: ignore[arg-type]  # operator restarted
     await handlers._reconcile_job(rt, "ns", "j")
     assert owner(cluster.get_service("ns", "j")) == NEW.uid
     secret = cluster.get_secret("ns", "j-adl-token")
@@ -87,14 +88,11 @@ async def test_a_recreated_job_waits_for_the_old_jobs_children_to_go(monkeypatch
     assert cluster.job["status"]["message"].startswith("group 1: ")
 
 
-async def test_the_old_jobs_children_are_waited_for_even_when_the_pod_is_gone(
-    monkeypatch: Any,
-) -> None:
+async def test_the_old_jobs_children_are_waited_for_even_when_the_pod_is_gone() -> None:
     cluster = Cluster()
-    monkeypatch.setattr(kube_backend, "_event", lambda body, t, reason, m: cluster.said(reason, m))
     cluster.leftovers_of_the_old_job()
     cluster.collect_garbage(("Pod",))
-    rt = handlers.Runtime(cluster, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(cluster, policy=None, events=cluster.recorder)  # type: ignore[arg-type]
     await handlers._reconcile_job(rt, "ns", "j")
     assert cluster.get("Pod", P.pod_name("j", 1, 0)) is None
     assert cluster.events and "Service j still belongs to a deleted job" in cluster.events[0]

@@ -12,8 +12,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from operator_kit import MemoryCluster
 
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
+from tests.event_sink import EventRecorder
 
 
 class QuotaStore(MemoryCluster):
@@ -37,9 +37,8 @@ class QuotaStore(MemoryCluster):
 async def test_a_refused_pod_is_a_failed_start_and_the_job_fails_past_its_budget(
     monkeypatch: Any,
 ) -> None:
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     store = QuotaStore(quota=1)
-    rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(store, policy=None, events=EventRecorder())  # type: ignore[arg-type]
     t0 = datetime.now(UTC)
     monkeypatch.setattr(handlers, "_now", lambda: t0)
     await handlers._reconcile_job(rt, "ns", "j")
@@ -58,10 +57,9 @@ async def test_a_refused_pod_is_a_failed_start_and_the_job_fails_past_its_budget
     assert store.refusals == 2
 
 
-async def test_a_server_error_is_retried_not_counted(monkeypatch: Any) -> None:
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
+async def test_a_server_error_is_retried_not_counted() -> None:
     store = QuotaStore(quota=1, status=503)
-    rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(store, policy=None, events=EventRecorder())  # type: ignore[arg-type]
     try:
         await handlers._reconcile_job(rt, "ns", "j")
     except ApiException as exc:
@@ -72,14 +70,13 @@ async def test_a_server_error_is_retried_not_counted(monkeypatch: Any) -> None:
     assert "restarts" not in store.job["status"] or not store.job["status"]["restarts"]
 
 
-async def test_a_pod_that_cannot_be_built_is_a_failed_start(monkeypatch: Any) -> None:
+async def test_a_pod_that_cannot_be_built_is_a_failed_start() -> None:
     """An image without a command is a valid spec (one replica per pod runs the entrypoint),
     but a pod holding two replicas needs the command for the launcher."""
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     store = QuotaStore(quota=10)
     store.job["spec"]["template"] = {"spec": {"containers": [{"name": "t", "image": "i"}]}}
     store.job["metadata"]["annotations"]["adl.dev/allocation"] = '["n1", "n1"]'
-    rt = handlers.Runtime(store, policy=None)  # type: ignore[arg-type]
+    rt = handlers.Runtime(store, policy=None, events=EventRecorder())  # type: ignore[arg-type]
     await handlers._reconcile_job(rt, "ns", "j")
     st = store.job["status"]
     assert (st["phase"], st["reason"], st["restarts"]) == (

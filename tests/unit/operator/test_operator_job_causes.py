@@ -13,11 +13,11 @@ import pytest
 from operator_kit import MemoryCluster
 
 from adl.models import Hints
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator.api_store import HINTS_WRITE_TRIES, OperatorApiStore
 from adl.operator.job_causes import cause_digest
 from adl.operator.store import KubeStore
+from tests.event_sink import EventRecorder
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -130,7 +130,6 @@ def reconciles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(f"{namespace}/{name}")
 
     monkeypatch.setattr(handlers, "reconcile_job", reconcile)
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     return calls
 
 
@@ -142,7 +141,7 @@ async def _event(rt: handlers.Runtime, body: dict[str, Any], type_: str = "MODIF
 
 
 async def test_the_handler_reconciles_on_causes_only(reconciles: list[str]) -> None:
-    rt = handlers.Runtime(cast(KubeStore, MemoryCluster()), policy=None)
+    rt = handlers.Runtime(cast(KubeStore, MemoryCluster()), policy=None, events=EventRecorder())
     await _event(rt, BODY, type_="ADDED")  # the first look (a start): always
     for what in sorted(QUIET):
         await _event(rt, changed(QUIET[what]))
@@ -167,7 +166,7 @@ async def test_a_failed_reconcile_is_tried_again_at_the_next_event(
             raise ConnectionError("API server away")
 
     monkeypatch.setattr(handlers, "reconcile_job", failing)
-    rt = handlers.Runtime(cast(KubeStore, MemoryCluster()), policy=None)
+    rt = handlers.Runtime(cast(KubeStore, MemoryCluster()), policy=None, events=EventRecorder())
     with pytest.raises(ConnectionError):
         await _event(rt, BODY)
     await _event(rt, changed(QUIET["a hints report"]))

@@ -10,6 +10,7 @@ import pytest
 from adl.models import AdaptiveJobSpec
 from adl.operator.kueue import POD_SET, FlavorError, admission, flavor_pool
 from adl.operator.pods import JobRef, NodePool, build_pod
+from tests.event_sink import EventRecorder
 
 TOLERATE_B = {"key": "pool", "operator": "Equal", "value": "b", "effect": "NoSchedule"}
 
@@ -152,22 +153,18 @@ def test_the_round_confines_an_admitted_job_to_its_flavors_nodes() -> None:
     assert [n.name for n in backend.round_nodes()] == ["a1"]
 
 
-def test_an_admission_whose_flavors_give_no_pool_gets_no_node_and_says_so_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from adl.operator import backend as kube_backend
+def test_an_admission_whose_flavors_give_no_pool_gets_no_node_and_says_so_once() -> None:
     from adl.operator.backend import KubeBackend, OperatorConfig
 
-    said: list[tuple[str, str]] = []
-    monkeypatch.setattr(kube_backend, "_event", lambda b, t, r, m: said.append((r, m)))
+    events = EventRecorder()
     store = Store(
         [job_body("queued", "team-b")],
         [owned(admitted({"nvidia.com/gpu": "flavor-b", "cpu": "flavor-a"}), "uid-queued")],
     )
-    backend = KubeBackend(store, OperatorConfig(kueue=True))  # type: ignore[arg-type]
+    backend = KubeBackend(store, OperatorConfig(kueue=True), events)  # type: ignore[arg-type]
     for _ in range(2):
         assert [r.nodes for r in backend.round_jobs()] == [frozenset()]
-    assert said == [
+    assert [(e.reason, e.message) for e in events.said] == [
         ("NoNodePool", "no node can take it: its admitted flavors select node label pool "
                        "as both a and b: no node has both")
     ]  # fmt: skip

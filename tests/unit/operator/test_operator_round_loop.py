@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -16,11 +15,12 @@ import kopf
 import pytest
 import urllib3
 
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator.handlers import Runtime, round_loop, round_wait_s
 from adl.operator.store import KubeStore
+from tests.event_sink import EventRecorder
 from tests.fakes import NoPolicy
+from tests.waiting import eventually
 
 INTERVAL_S = 3600.0  # no round comes from the interval within a test
 #: the longest a test waits for the loop to do something
@@ -34,11 +34,9 @@ class CountingCluster:
     def __init__(self, failures: int = 0) -> None:
         self.rounds = 0
         self.failures = failures
-        self.listed = threading.Event()
 
     def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         self.rounds += 1
-        self.listed.set()
         if self.failures:
             self.failures -= 1
             raise urllib3.exceptions.NewConnectionError(None, "connection refused")  # type: ignore[arg-type]
@@ -52,19 +50,14 @@ class CountingCluster:
 
 
 async def rounds_reach(cluster: CountingCluster, count: int) -> None:
-    deadline = time.monotonic() + LIMIT_S
-    while cluster.rounds < count:
-        assert time.monotonic() < deadline, f"{cluster.rounds} rounds, waited for {count}"
-        await asyncio.to_thread(cluster.listed.wait, 0.1)
-        cluster.listed.clear()
+    await eventually(lambda: cluster.rounds >= count, LIMIT_S, what=f"{count} rounds")
 
 
 @pytest.fixture
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime:
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)  # no kopf context here
     config = replace(handlers.DEFAULT_CONFIG, round_interval_s=INTERVAL_S, namespaces=[])
     monkeypatch.setattr(handlers, "DEFAULT_CONFIG", config)
-    rt = Runtime(cast(KubeStore, CountingCluster()), NoPolicy())
+    rt = Runtime(cast(KubeStore, CountingCluster()), NoPolicy(), events=EventRecorder())
     rt.jobs.add("ns/j")
     rt.rounds.last = time.monotonic()  # a round just ran
     return rt

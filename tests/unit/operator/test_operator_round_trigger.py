@@ -9,10 +9,10 @@ from typing import Any, cast
 
 import pytest
 
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator.handlers import Runtime, cluster_round, round_soon
 from adl.operator.store import KubeStore
+from tests.event_sink import EventRecorder
 from tests.fakes import EveryoneOneGpu, NoPolicy
 
 
@@ -31,12 +31,11 @@ class EmptyCluster:
 
 @pytest.fixture
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime:
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)  # no kopf context here
     monkeypatch.setattr(
         handlers, "DEFAULT_CONFIG", replace(handlers.DEFAULT_CONFIG, round_interval_s=3600.0)
     )
     monkeypatch.setattr(handlers, "DEFAULT_CONFIG", replace(handlers.DEFAULT_CONFIG, namespaces=[]))
-    rt = Runtime(cast(KubeStore, EmptyCluster()), NoPolicy())
+    rt = Runtime(cast(KubeStore, EmptyCluster()), NoPolicy(), events=EventRecorder())
     rt.rounds.last = time.monotonic()  # a round just ran
     return rt
 

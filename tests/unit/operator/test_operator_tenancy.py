@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from adl.models import AdaptiveJobSpec
-from adl.operator import backend as kube_backend
 from adl.operator.backend import KubeBackend, OperatorConfig
 from adl.operator.main import parse_args
 from adl.operator.tenancy import Ceilings, NamespacePolicy, enforce, parse_namespace_policy
+from tests.event_sink import EventRecorder
 
 TEMPLATE = {"spec": {"containers": [{"name": "t", "image": "i", "command": ["x"]}]}}
 
@@ -105,37 +105,33 @@ def body(ns: str, name: str, **fields: Any) -> dict[str, Any]:
     return {"metadata": meta, "spec": {"template": TEMPLATE, **fields}, "status": {}}
 
 
-def test_the_round_sees_capped_specs_and_each_cap_is_said_once(monkeypatch: Any) -> None:
-    events: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(
-        kube_backend,
-        "_event",
-        lambda b, t, r, m: events.append((b["metadata"]["name"], r, m)),
-    )
+def test_the_round_sees_capped_specs_and_each_cap_is_said_once() -> None:
+    recorder = EventRecorder()
     ceilings = Ceilings(namespaces={"team-a": NamespacePolicy(10, False)})
     bodies = [
         body("team-a", "greedy", priority=999, preemptible=False),
         body("team-a", "modest", priority=3),
         body("team-b", "other", priority=999, preemptible=False),  # no entry: no ceiling
     ]
-    backend = KubeBackend(Store(bodies), OperatorConfig(ceilings=ceilings))  # type: ignore[arg-type]
+    config = OperatorConfig(ceilings=ceilings)
+    backend = KubeBackend(Store(bodies), config, recorder)  # type: ignore[arg-type]
+    events = recorder.said
     jobs = {r.key: r.spec for r in backend.round_jobs()}
     assert (jobs["team-a/greedy"].priority, jobs["team-a/greedy"].preemptible) == (10, True)
     assert jobs["team-a/modest"].priority == 3
     assert (jobs["team-b/other"].priority, jobs["team-b/other"].preemptible) == (999, False)
-    assert [(n, r) for n, r, _ in events] == [("greedy", "NamespacePolicy")]
-    assert "ceiling 10 of namespace team-a" in events[0][2]
-    assert "not allowed in namespace team-a" in events[0][2]
+    assert [(e.name, e.reason) for e in events] == [("greedy", "NamespacePolicy")]
+    assert "ceiling 10 of namespace team-a" in events[0].message
+    assert "not allowed in namespace team-a" in events[0].message
     backend.round_jobs()  # the next round: nothing new to say
     assert len(events) == 1
     bodies[0]["spec"]["priority"] = 50  # edited: still capped, said again with the new figure
     backend.round_jobs()
-    assert len(events) == 2 and "spec.priority 50" in events[1][2]
+    assert len(events) == 2 and "spec.priority 50" in events[1].message
 
 
-def test_a_capped_job_does_not_take_gpus_from_a_higher_tier(monkeypatch: Any) -> None:
+def test_a_capped_job_does_not_take_gpus_from_a_higher_tier() -> None:
     # the end of it: the policy places team-b's priority-20 job first, not team-a's 999
-    monkeypatch.setattr(kube_backend, "_event", lambda b, t, r, m: None)
     from datetime import UTC, datetime
 
     from adl.controller.rounds import job_info
@@ -147,7 +143,8 @@ def test_a_capped_job_does_not_take_gpus_from_a_higher_tier(monkeypatch: Any) ->
         body("team-a", "greedy", priority=999, maxReplicas=1),
         body("team-b", "tier20", priority=20, maxReplicas=1),
     ]
-    backend = KubeBackend(Store(bodies), OperatorConfig(ceilings=ceilings))  # type: ignore[arg-type]
+    config = OperatorConfig(ceilings=ceilings)
+    backend = KubeBackend(Store(bodies), config, EventRecorder())  # type: ignore[arg-type]
     now = datetime(2026, 1, 1, 1, tzinfo=UTC)
     infos = [job_info(r, now, i) for i, r in enumerate(backend.round_jobs())]
     alloc = AdlPolicy().optimize(infos, [NodeInfo("n1", 1)], {})

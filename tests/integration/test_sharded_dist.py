@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from client_kit import run_gloo_ranks
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 from adl.client_lib.sharded import AdaptiveShardedDataParallel, job_mesh
+from tests.unit.client_lib.client_kit import run_gloo_ranks
 
 WORLD = 2
 DIM = 10

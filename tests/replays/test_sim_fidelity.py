@@ -4,18 +4,22 @@ This is the check that our simulator implements the traces README's semantics (r
 delay, interpolation, epoch accounting) the way the published figures assume. Pollux's objective
 (solved by adl's optimizer) checks the adaptive side too:
 goodput, batch-size co-adaptation and the jobs' learned models, against the figure adl is
-measured by."""
+measured by.
+
+These are whole replays of the published workloads (160 jobs each; the Pollux-objective ones take
+about a minute apiece), so they live in ``tests/replays`` beside the unit suite rather than in it:
+the one pytest run of the README and ``.ci/run`` collects them all the same."""
 
 from __future__ import annotations
 
 import pytest
-from sim_kit import TRACES, WORKLOADS
 
 from adl.sched.sim.metrics import summarize
 from adl.sched.sim.policies import make_policy
 from adl.sched.sim.published import PUBLISHED_AVG_JCT_S, published_avg_jct
 from adl.sched.sim.simulator import simulate
 from adl.sched.sim.traces import load_traces
+from tests.unit.sched.sim_kit import TRACES, WORKLOADS
 
 
 @pytest.mark.parametrize("workload", ["workload-1", "workload-2", "workload-3", "workload-4"])

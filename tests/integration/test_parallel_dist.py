@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from client_kit import run_gloo_ranks, sgd_reference_step
 from torch import nn
 
 from adl.client_lib.gns import unbiased_estimates
 from adl.client_lib.parallel import AdaptiveDataParallel
 from adl.client_lib.scaling import LinearScale
+from tests.unit.client_lib.client_kit import run_gloo_ranks, sgd_reference_step
 
 WORLD = 2
 DIM = 10
