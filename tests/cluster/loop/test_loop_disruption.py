@@ -106,6 +106,9 @@ def test_a_disruption_taint_moves_the_job_off_its_node_at_once_with_a_checkpoint
         )
         assert checkpointed_s < NOTICE_S, checkpointed_s
         said_disrupted(jobs, "tainted", node, "karpenter.sh/disrupted", details)
+        # and `adl describe` shows it among the job's events
+        described = adl_cli("describe", "tainted", "-n", namespace).stdout
+        assert NODE_DISRUPTED in described and node in described, described
         finished_exactly(jobs, "tainted", group, node, details)
     finally:
         jobs.core.patch_node(node, {"spec": {"taints": None}})
