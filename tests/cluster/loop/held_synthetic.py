@@ -10,6 +10,8 @@ Run as the example itself (same arguments). Before an epoch, every rank holds wh
 - it runs at world size 2 and the epoch is ``HELD_FROM`` or later: the grown job waits there
   until something stops it (the disruption the test causes).
 
+It declares a long run to the scheduler (``DECLARED_EPOCHS``) and stops after ``--epochs``.
+
 Rank 0 prints ``{"held": epoch, "world": W, "group": G}`` when it starts holding. A hold ends
 when this rank's stop is requested (SIGTERM, or the stop file); the rank then takes the
 epoch's first step, at whose boundary adl checkpoints and exits 143. Groups after those train
@@ -36,6 +38,10 @@ from tests.waiting import wait_for  # noqa: E402
 #: the grown (world size 2) job holds from this epoch on
 HELD_FROM = 2
 HOLD_LIMIT_S = 240.0
+#: the length the job declares to the scheduler (``remaining_epochs_until``), whatever it runs:
+#: a job a few epochs long is rightly never grown (its restart would cost more than the second
+#: replica saves, on a fast machine by far), and the test needs it grown
+DECLARED_EPOCHS = 1000
 
 
 def _held(epoch: int) -> bool:
@@ -63,7 +69,9 @@ def main() -> None:
     epochs_until = adl.remaining_epochs_until
 
     def held_epochs(total: int) -> Iterator[int]:
-        for epoch in epochs_until(total):
+        for epoch in epochs_until(max(total, DECLARED_EPOCHS)):
+            if epoch >= total:
+                return  # the epochs it runs are the example's own (--epochs)
             if _held(epoch):
                 _hold(epoch)
             yield epoch
