@@ -1,7 +1,7 @@
 """The operator's node watch (``handlers.on_node_event``): a node that starts going away asks a
 round at once and reconciles each job with a pod there (in the watched namespaces), once per
 mark; a node's other updates, and a mark seen again, do nothing; a mark that goes asks a round
-(the node is offered again)."""
+(the node is offered again). And a reconcile reads its nodes' marks itself."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any, cast
 
 import kopf
 import pytest
+from operator_kit import MemoryCluster
 
+from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator.handlers import Runtime
 from adl.operator.store import KubeStore
@@ -114,3 +116,32 @@ async def test_a_failed_look_is_tried_again_on_the_nodes_next_event(
     del store.jobs_on_node  # the class's again
     await event(rt, node("n2", taints=[DISRUPTED]))
     assert reconciled == [("ns", "a"), ("other", "b")]
+
+
+async def test_a_reconcile_reads_the_marks_of_its_nodes_and_moves_the_job_off_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backend reads each node of the job's pods, allocation and answer once: a cordoned
+    one stops the group (its pods deleted with their grace), and no group starts on an
+    answer that still names it; the round's answer without it starts the next group."""
+    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
+    store = MemoryCluster('["n1", "n2"]', maxReplicas=2)
+    rt = Runtime(cast(KubeStore, store), NoPolicy())
+    await handlers._reconcile_job(rt, "ns", "j")
+    assert sorted(p["metadata"]["name"] for p in store.pods) == ["j-g1-0", "j-g1-1"]
+
+    store.nodes["n2"] = node("n2", unschedulable=True)
+    await handlers._reconcile_job(rt, "ns", "j")
+    st = store.job["status"]
+    assert (st["phase"], st["reason"]) == ("Restarting", "NodeDisrupted")
+    assert st["message"].startswith("node n2 is being disrupted (cordoned: spec.unschedulable)")
+    assert st["restarts"] == {"preemption": 1}
+    assert store.pods == []  # both asked to stop (the in-memory cluster removes them at once)
+
+    await handlers._reconcile_job(rt, "ns", "j")  # the answer still names n2: nothing starts
+    assert store.pods == [] and store.job["status"]["group"] == 1
+    assert "waiting for the scheduler" in store.job["status"]["message"]
+
+    store.job["metadata"]["annotations"]["adl.dev/allocation"] = '["n1"]'  # the next round's
+    await handlers._reconcile_job(rt, "ns", "j")
+    assert [p["metadata"]["name"] for p in store.pods] == ["j-g2-0"]
