@@ -37,6 +37,9 @@ from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase, Res
 STOP_OVERDUE_S = 60.0
 #: the status reason and event of a group whose node was lost (its replicas force-deleted)
 NODE_LOST = "NodeLost"
+#: the status reason and event of a group stopped because a node of it is about to go away
+#: (a disruption taint, a cordon, a deletion: ``ObservedWorkers.nodes_leaving``)
+NODE_DISRUPTED = "NodeDisrupted"
 
 
 # ----------------------------------------------------------------------------- observations
@@ -110,6 +113,11 @@ class ObservedWorkers:
     #: node -> since when it has not been Ready (NotReady, or unreachable: its kubelet stopped
     #: reporting), for the nodes of the replicas above that are down
     nodes_down: Mapping[str, datetime] = field(default_factory=dict)
+    #: node -> why it is about to go away (a taint's key, a cordon, a deletion), for the nodes
+    #: of the replicas above and of the scheduler's answer that are. The group on such a node
+    #: is stopped gracefully at once (it checkpoints within the notice), and no group starts
+    #: there
+    nodes_leaving: Mapping[str, str] = field(default_factory=dict)
 
     def of_group(self, group: int) -> list[ReplicaState]:
         return sorted((r for r in self.replicas if r.group == group), key=lambda r: r.rank)
@@ -272,6 +280,16 @@ def _start_group(s: _Step) -> None:
             f"waiting for the scheduler to allocate {need} replica{'s' if need > 1 else ''}",
         )
         return
+    leaving = _leaving(s, desired)
+    if leaving:
+        # the round that read the node before its mark answered with it; the next one (run at
+        # once on the mark) will not: start nothing that is about to be evicted
+        s.phase(
+            st.phase,
+            NODE_DISRUPTED,
+            f"{_disrupted_text(leaving)}; waiting for the scheduler to place it on other nodes",
+        )
+        return
     if st.restart_after is not None and s.now < st.restart_after:
         wait = (st.restart_after - s.now).total_seconds()
         s.phase(st.phase, "BackingOff", f"next start in {wait:.0f}s after a failure")
@@ -366,7 +384,11 @@ def _record_stop(s: _Step, current: Sequence[ReplicaState]) -> None:
                 st, CHECKPOINTED, True, "Stopped", f"group {st.group} checkpointed", s.now
             )
         return
-    why = {"Resizing": " for a resize", "Preempted": " for a preemption"}.get(st.reason, "")
+    why = {
+        "Resizing": " for a resize",
+        "Preempted": " for a preemption",
+        NODE_DISRUPTED: " for a node disruption",
+    }.get(st.reason, "")
     what = " for a suspend" if s.spec.suspend else why
     if failed is None:
         ranks = ", ".join(str(r.rank) for r in early)
@@ -412,6 +434,13 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
         s.phase(Phase.SUCCEEDED, "Succeeded", "all work done; workers stopped on their way out")
         return
     missing = tuple(i for i in range(expected) if i not in present)
+    # before the stopped/missing check: a replica an eviction already stopped is the same
+    # disruption, and says so
+    leaving = _leaving(s, st.allocation)
+    if leaving:
+        message = f"{_disrupted_text(leaving)}; checkpointing and moving off it"
+        _restart(s, current, RestartCause.PREEMPTION, NODE_DISRUPTED, message)
+        return
     stopped = [r for r in current if r.phase == ReplicaPhase.STOPPED]
     finished_rank = any(r.phase == ReplicaPhase.SUCCEEDED for r in current)
     if (stopped and not finished_rank) or (missing and st.phase == Phase.RUNNING):
@@ -426,7 +455,11 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
         return
     if st.phase == Phase.RUNNING and _hung(s, current, expected):
         return
-    if s.desired is not None and not same_placement(s.desired, st.allocation):
+    if (
+        s.desired is not None
+        and not same_placement(s.desired, st.allocation)
+        and not _leaving(s, s.desired)  # an answer from before a node's mark: wait for the next
+    ):
         enough = len(s.desired) >= max(spec.min_replicas, 1)
         _restart(
             s,
@@ -461,6 +494,17 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
     waiting = next((r for r in current if r.alive and r.reason), None)
     if waiting is not None:  # e.g. ContainerCreating, Unschedulable: tell the user why
         s.phase(Phase.STARTING, waiting.reason, f"rank {waiting.rank}: {waiting.message}")
+
+
+def _leaving(s: _Step, nodes: Sequence[str]) -> dict[str, str]:
+    """Those of ``nodes`` that are about to go away (and are not lost already) -> why."""
+    marked = s.observed.nodes_leaving
+    return {n: marked[n] for n in sorted(set(nodes)) if n in marked and n not in s.lost}
+
+
+def _disrupted_text(leaving: Mapping[str, str]) -> str:
+    """``node a is being disrupted (karpenter.sh/disrupted)``, for each node."""
+    return "; ".join(f"node {n} is being disrupted ({why})" for n, why in leaving.items())
 
 
 def lost_nodes(observed: ObservedWorkers, now: datetime, timing: Timing) -> dict[str, float]:

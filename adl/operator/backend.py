@@ -31,6 +31,7 @@ from adl.controller.lifecycle import ObservedWorkers, Timing
 from adl.controller.liveness import ProgressBook
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
+from adl.operator.disruption import leaving_reason
 from adl.operator.kueue import Admission, FlavorError, flavor_pool, queue_of
 from adl.operator.kueue_sync import admissions, flavors_by_name
 from adl.operator.observe import (
@@ -282,22 +283,36 @@ class KubeBackend:
         raw = self.store.list_pods(ref.namespace, P.job_selector(ref.name))
         own, ctx.foreign = split_pods(ref, raw)
         ctx.pods = self._with_refused(job.key, job.status.group, classify_all(own))
-        down = self._nodes_down(ctx.pods)
+        down, leaving = self._node_marks(ctx.pods, job)
         if down:
             self.on_down_nodes.add(job.key)
         else:
             self.on_down_nodes.discard(job.key)
-        return observed_workers(ctx.pods, job.status.group, job.status.allocation, down)
+        observed = observed_workers(ctx.pods, job.status.group, job.status.allocation, down)
+        return replace(observed, nodes_leaving=leaving)
 
-    def _nodes_down(self, pods: Sequence[PodState]) -> dict[str, datetime]:
-        """Since when each node that holds a live (or stopping) pod has not been Ready."""
-        out: dict[str, datetime] = {}
-        for name in sorted({p.node for p in pods if p.node and (p.phase in _LIVE or p.holds)}):
+    def _node_marks(
+        self, pods: Sequence[PodState], job: JobRecord
+    ) -> tuple[dict[str, datetime], dict[str, str]]:
+        """Since when each node that holds a live (or stopping) pod has not been Ready; and why
+        each of those nodes, of the job's allocation and of the scheduler's answer is about to
+        go away (``adl.operator.disruption``). One read per node: a running job's answer and
+        allocation name its pods' nodes."""
+        held = {p.node for p in pods if p.node and (p.phase in _LIVE or p.holds)}
+        named = held | set(job.status.allocation) | set(job.desired or [])
+        down: dict[str, datetime] = {}
+        leaving: dict[str, str] = {}
+        for name in sorted(named):
             node = self.store.get_node(name)
-            since = node_down_since(node) if node is not None else None
+            if node is None:
+                continue
+            since = node_down_since(node) if name in held else None
             if since is not None:
-                out[name] = since
-        return out
+                down[name] = since
+            why = leaving_reason(node)
+            if why is not None:
+                leaving[name] = why
+        return down, leaving
 
     def _with_refused(self, key: str, group: int, pods: list[PodState]) -> list[PodState]:
         """``pods`` plus the current group's refused pod, if any (older groups' forgotten)."""

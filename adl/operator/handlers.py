@@ -37,6 +37,7 @@ from adl.operator import event_posting
 from adl.operator import pods as P
 from adl.operator.backend import KubeBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
+from adl.operator.disruption import describe, leaving_reason
 from adl.operator.job_causes import cause_digest
 from adl.operator.kueue import FlavorError
 from adl.operator.kueue_sync import admitted_pool, ensure_workload, settle_workload
@@ -103,6 +104,9 @@ class Runtime:
         #: kopf's event poster, captured in the first job handler for the round loop's task
         #: (``adl.operator.event_posting``)
         self.event_poster: event_posting.Poster | None = None
+        #: node -> why it is about to go away, for the nodes seen so marked (each mark acted on
+        #: once: ``on_node_event``)
+        self.leaving: dict[str, str] = {}
 
     @property
     def store(self) -> KubeStore:
@@ -425,6 +429,40 @@ async def on_pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, 
     job = (body.get("metadata", {}).get("labels") or {}).get(P.LABEL_JOB)
     if job:
         await reconcile_job(memo.runtime, namespace, job)
+
+
+@kopf.on.event("", "v1", "nodes")
+async def on_node_event(type: str, body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """A node that starts going away (``adl.operator.disruption``: a disruption taint, a
+    cordon, its deletion) is acted on at once, not at the next round: a round (the node leaves
+    the pool, so each job on it gets an answer without it) and a reconcile of each job with a
+    pod there (the lifecycle stops its group gracefully: it checkpoints within the notice, and
+    the next group starts on the answer without the node). A node whose mark goes (an
+    uncordon) is offered again at the next round, asked for now. Only a change of a node's
+    mark does anything: the status updates of every node come here too."""
+    rt: Runtime = memo.runtime
+    why = None if type == "DELETED" else leaving_reason(body)
+    if rt.leaving.get(name) == why:
+        return
+    if why is None:
+        rt.leaving.pop(name, None)
+        if type != "DELETED":
+            rt.rounds.ask()
+        return
+    rt.leaving[name] = why
+    log.warning("node %s is being disrupted (%s): moving its jobs off it", name, describe(why))
+    rt.rounds.ask()
+    try:
+        found = await asyncio.to_thread(rt.store.jobs_on_node, name, P.LABEL_JOB)
+        watched = set(rt.config.namespaces)
+        for namespace, job in sorted(found):
+            if not watched or namespace in watched:
+                await reconcile_job(rt, namespace, job)
+    except BaseException:
+        # kopf does not retry an event handler: the node's next event (its status is
+        # updated while it drains) acts on the mark again; meanwhile the round moves the jobs
+        rt.leaving.pop(name, None)
+        raise
 
 
 def api_unavailable(exc: BaseException) -> bool:

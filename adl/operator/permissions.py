@@ -75,7 +75,9 @@ NAMESPACED_PEERING: frozenset[Permission] = frozenset(
 #: Needed cluster-wide in every install: the GPU pool, and GPUs used by pods adl does not run.
 CLUSTER_PERMISSIONS: frozenset[Permission] = frozenset(
     [
-        *_grant("", "nodes", "list", CLUSTER),
+        # watch: a node that starts going away (a disruption taint, a cordon) is acted on at
+        # once (``adl.operator.disruption``), not at the next round
+        *_grant("", "nodes", "list watch", CLUSTER),
         *_grant("", "pods", "list", CLUSTER),
     ]
 )

@@ -13,6 +13,7 @@ from typing import Any
 from adl.contract import LABEL_GPU_PRODUCT, SPOT_NODE_LABELS, JobKey, normalize_gpu_type
 from adl.controller.job_record import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
+from adl.operator.disruption import leaving_reason
 from adl.operator.pods import ANNOTATION_ALLOCATION, GPU_RESOURCE, LABEL_JOB
 from adl.operator.taints import Toleration, tolerates_node
 from adl.operator.timestamps import parse_time
@@ -65,8 +66,10 @@ def nodes_from_objects(
     tolerations: Sequence[Sequence[Toleration]] = (),
     gpu_type_label: str = LABEL_GPU_PRODUCT,
 ) -> list[NodeInfo]:
-    """Schedulable nodes with their free GPUs: allocatable minus non-adl requests; cordoned,
-    not-ready and unselected nodes are left out, and so is a node with a NoSchedule/NoExecute
+    """Schedulable nodes with their free GPUs: allocatable minus non-adl requests; not-ready and
+    unselected nodes are left out, so is a node about to go away whatever a job tolerates
+    (cordoned, tainted by an autoscaler or a termination handler, being deleted:
+    ``adl.operator.disruption``), and so is a node with a NoSchedule/NoExecute
     taint that no job of the round tolerates (``tolerations``: each job's pods'). A job that
     does not tolerate every node given is confined to those it does (:func:`confinements`):
     never a pod where it is not tolerated.
@@ -77,12 +80,11 @@ def nodes_from_objects(
     out: list[NodeInfo] = []
     for node in nodes:
         meta = node.get("metadata") or {}
-        spec = node.get("spec") or {}
         labels = meta.get("labels") or {}
         if selector and any(labels.get(k) != v for k, v in selector.items()):
             continue
-        if spec.get("unschedulable") or not _ready(node):
-            continue
+        if leaving_reason(node) is not None or not _ready(node):
+            continue  # about to go away (a cordon among the rest), or down
         if not any(tolerates_node(tol, node) for tol in tolerations or [()]):
             continue
         allocatable = quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource))

@@ -203,5 +203,19 @@ class KubeStore:
         items = self.core.list_node(field_selector=f"metadata.name={name}").items
         return _plain(items[0], self.api) if items else None
 
+    def jobs_on_node(self, node: str, selector: str) -> set[tuple[str, str]]:
+        """(namespace, value of the ``selector`` label) of each pod bound to ``node`` that
+        carries the label (one cluster-wide LIST, filtered by the API server)."""
+        out = self.core.list_pod_for_all_namespaces(
+            label_selector=selector, field_selector=f"spec.nodeName={node}"
+        )
+        found = set()
+        for pod in (_plain(p, self.api) for p in out.items):
+            meta = pod.get("metadata") or {}
+            value = (meta.get("labels") or {}).get(selector)
+            if value and (pod.get("spec") or {}).get("nodeName") == node:
+                found.add((str(meta.get("namespace") or ""), str(value)))
+        return found
+
     def list_all_pods(self) -> list[dict[str, Any]]:
         return [_plain(p, self.api) for p in self.core.list_pod_for_all_namespaces().items]

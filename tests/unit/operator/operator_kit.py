@@ -28,6 +28,8 @@ class MemoryCluster:
             "status": {},
         }
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        #: Node objects by name (none: every node the job names is up and staying)
+        self.nodes: dict[str, dict[str, Any]] = {}
 
     @property
     def pods(self) -> list[dict[str, Any]]:
@@ -77,3 +79,8 @@ class MemoryCluster:
 
     def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
         self.objects.pop(("Pod", name), None)
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """A Node the reconcile reads (is it down, is it going away?): the ones in ``nodes``."""
+        node = self.nodes.get(name)
+        return copy.deepcopy(node) if node is not None else None
