@@ -12,10 +12,10 @@ import kopf
 import pytest
 from operator_kit import MemoryCluster
 
-from adl.operator import backend as kube_backend
 from adl.operator import handlers
 from adl.operator.handlers import Runtime
 from adl.operator.store import KubeStore
+from tests.event_sink import EventRecorder
 from tests.fakes import NoPolicy
 
 DISRUPTED = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
@@ -118,15 +118,13 @@ async def test_a_failed_look_is_tried_again_on_the_nodes_next_event(
     assert reconciled == [("ns", "a"), ("other", "b")]
 
 
-async def test_a_reconcile_reads_the_marks_of_its_nodes_and_moves_the_job_off_them(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_reconcile_reads_the_marks_of_its_nodes_and_moves_the_job_off_them() -> None:
     """The backend reads each node of the job's pods, allocation and answer once: a cordoned
     one stops the group (its pods deleted with their grace), and no group starts on an
     answer that still names it; the round's answer without it starts the next group."""
-    monkeypatch.setattr(kube_backend, "_event", lambda *a, **k: None)
     store = MemoryCluster('["n1", "n2"]', maxReplicas=2)
-    rt = Runtime(cast(KubeStore, store), NoPolicy())
+    events = EventRecorder()
+    rt = Runtime(cast(KubeStore, store), NoPolicy(), events=events)
     await handlers._reconcile_job(rt, "ns", "j")
     assert sorted(p["metadata"]["name"] for p in store.pods) == ["j-g1-0", "j-g1-1"]
 
@@ -137,6 +135,7 @@ async def test_a_reconcile_reads_the_marks_of_its_nodes_and_moves_the_job_off_th
     assert st["message"].startswith("node n2 is being disrupted (cordoned: spec.unschedulable)")
     assert st["restarts"] == {"preemption": 1}
     assert store.pods == []  # both asked to stop (the in-memory cluster removes them at once)
+    assert "NodeDisrupted" in events.reasons()  # the job's event says why, as its status does
 
     await handlers._reconcile_job(rt, "ns", "j")  # the answer still names n2: nothing starts
     assert store.pods == [] and store.job["status"]["group"] == 1
