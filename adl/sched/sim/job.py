@@ -35,6 +35,15 @@ MAX_REPLICAS = 64
 FIXED_ADAPTIVE_BATCH: dict[str, int] = {"ncf": 32768}
 
 
+#: a profile of one GPU type: (nodes, replicas, micro-batch) -> (step, sync), its fitted model
+#: and the parameters the fit could identify
+_TypeProfile = tuple[
+    dict[tuple[int, int, int], tuple[float, float]], PerfParams | None, dict[str, bool] | None
+]
+#: bounds of a per-type speed ratio (as ``adl.sched.hints`` bounds the operator's)
+_MIN_TYPE_SPEED, _MAX_TYPE_SPEED = 0.01, 100.0
+
+
 @dataclass(eq=False)
 class SimJob:
     """State and physics of one job inside the simulator."""
@@ -62,7 +71,15 @@ class SimJob:
     #: diagnostic: report trace truth (speedup of the current epoch, remaining work) instead of
     #: the job's own model; given by the simulator as ``truth(app, epoch)``
     truth: Callable[[AppTrace, int], TrueSpeedup] | None = None
+    #: the GPU type it runs on ("" on a uniform cluster; on a placement mixing types, the
+    #: slowest one's, which paces every step) and its compute speed there relative to the
+    #: traces' (:meth:`AppTrace.step_sync_on`)
+    gpu_type: str = ""
+    speed: float = 1.0
     grad: GradParams | None = None
+    #: what the job measured on each type it ran on before the current one: (profile, fitted
+    #: model, identifiable parameters), as the worker's profile keeps its steps per type
+    _other_types: dict[str, _TypeProfile] = field(default_factory=dict)
     _perf: PerfParams | None = None
     _perf_stale: bool = False
     _fit_free: dict[str, bool] | None = None  # parameters the last fit could identify
@@ -105,7 +122,10 @@ class SimJob:
 
     @property
     def max_profiled_replicas(self) -> int:
-        return max((key[1] for key in self.profile), default=0)
+        """The most replicas measured on any GPU type (scaling is the model's, not the type's)."""
+        here = max((key[1] for key in self.profile), default=0)
+        there = (key[1] for prof, _, _ in self._other_types.values() for key in prof)
+        return max(here, max(there, default=0))
 
     @property
     def done(self) -> bool:
@@ -197,7 +217,27 @@ class SimJob:
             preemptible=True,
             submit_order=self.order,
             kind=self.app.name,
+            type_speed=self.measured_type_speeds() if self.mode is JobMode.ADAPTIVE else {},
         )
+
+    def measured_type_speeds(self) -> dict[str, float]:
+        """The job's speed on each GPU type it has a model of, relative to its current type's
+        model: the ratio of the models' compute times for one micro-batch (the current one,
+        else the initial batch within the micro-batch bounds), as the operator compares the
+        per-type models a worker reports (``adl.sched.hints.type_speed_from_models``)."""
+        perf = self.perf
+        if not self.gpu_type or perf is None:
+            return {}
+        app = self.app
+        m = self.batch.local_bsz or app.init_batch_size
+        m = min(max(m, app.min_local_bsz), app.max_local_bsz)
+        here = perf.alpha_c + perf.beta_c * m
+        out = {self.gpu_type: 1.0}
+        for gpu_type, (_, other, _) in self._other_types.items():
+            if gpu_type and other is not None:
+                ratio = here / max(other.alpha_c + other.beta_c * m, 1e-12)
+                out[gpu_type] = min(max(ratio, _MIN_TYPE_SPEED), _MAX_TYPE_SPEED)
+        return out
 
     # ------------------------------------------------------------------ batch choice
 
@@ -227,10 +267,20 @@ class SimJob:
 
     # ------------------------------------------------------------------ events
 
-    def reallocate(self, placement: tuple[int, ...], now: int | None = None) -> None:
+    def reallocate(
+        self,
+        placement: tuple[int, ...],
+        now: int | None = None,
+        gpu_type: str = "",
+        speed: float = 1.0,
+    ) -> None:
         """Apply a changed allocation: a (re)start with its delay, or a wait with no GPUs;
-        ``now`` (when given) records a resume after a preemption in ``resume_times``."""
+        ``now`` (when given) records a resume after a preemption in ``resume_times``;
+        ``gpu_type`` and ``speed``: the type that paces the new placement and its speed."""
         waiting = not self.placement
+        if any(placement):
+            self._switch_type(gpu_type)
+            self.speed = speed
         self.placement = tuple(x for x in placement if x)
         if self.placement and waiting and self.restarts is not None and now is not None:
             self.resume_times.append(now)
@@ -240,6 +290,18 @@ class SimJob:
         self.pick_batch()
         self.rescale_left = self.restart_delay_s
         self.restarts = 0 if self.restarts is None else self.restarts + 1
+
+    def _switch_type(self, gpu_type: str) -> None:
+        """Keep the current type's profile and model aside and take up ``gpu_type``'s (empty
+        if the job never ran there): each type's model is fitted from its own steps only."""
+        if gpu_type == self.gpu_type:
+            return
+        if self.profile:
+            perf = self.perf  # refit first if the profile grew since the last fit
+            self._other_types[self.gpu_type] = (self.profile, perf, self._fit_free)
+        self.profile, self._perf, self._fit_free = self._other_types.pop(gpu_type, ({}, None, None))
+        self._perf_stale = False
+        self.gpu_type = gpu_type
 
     def advance(self, now: int, seconds: int) -> None:
         """Run from ``now`` for ``seconds``; epochs and completion are accounted to the second."""
@@ -283,9 +345,9 @@ class SimJob:
         self.grad = GradParams(*app.grad_stats(k * m * (s + 1), self.epoch))
         key = (n, k, m)
         if key not in self.profile:
-            self.profile[key] = app.step_sync_time(self.placement, m)
+            self.profile[key] = app.step_sync_on(self.placement, m, self.speed)
             self._perf_stale = True
-        return app.rate(self.placement, m, s, self.epoch)
+        return app.rate(self.placement, m, s, self.epoch, self.speed)
 
 
 def placement_of(nodes: list[str]) -> tuple[int, ...]:
