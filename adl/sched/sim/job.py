@@ -225,19 +225,44 @@ class SimJob:
         model: the ratio of the models' compute times for one micro-batch (the current one,
         else the initial batch within the micro-batch bounds), as the operator compares the
         per-type models a worker reports (``adl.sched.hints.type_speed_from_models``)."""
-        perf = self.perf
-        if not self.gpu_type or perf is None:
+        perf, current = self.perf, self.gpu_type
+        others = {t: self._model_of(t) for t in self._other_types if t}
+        if not current or perf is None:  # not started: relative to the first type profiled
+            current = next((t for t, p in others.items() if p is not None), "")
+            perf = others.get(current)
+        if not current or perf is None:
             return {}
         app = self.app
         m = self.batch.local_bsz or app.init_batch_size
         m = min(max(m, app.min_local_bsz), app.max_local_bsz)
         here = perf.alpha_c + perf.beta_c * m
-        out = {self.gpu_type: 1.0}
-        for gpu_type, (_, other, _) in self._other_types.items():
-            if gpu_type and other is not None:
+        out = {current: 1.0}
+        for gpu_type, other in others.items():
+            if gpu_type != current and other is not None:
                 ratio = here / max(other.alpha_c + other.beta_c * m, 1e-12)
                 out[gpu_type] = min(max(ratio, _MIN_TYPE_SPEED), _MAX_TYPE_SPEED)
         return out
+
+    def _model_of(self, gpu_type: str) -> PerfParams | None:
+        """The model fitted to what the job measured on another type (fitted on first use)."""
+        profile, perf, _ = self._other_types[gpu_type]
+        if perf is None and profile:
+            rows = [(n, k, m, st - sy, st) for (n, k, m), (st, sy) in profile.items()]
+            obs = Observations.from_rows(rows)
+            perf = fit_perf_params(obs)
+            self._other_types[gpu_type] = (profile, perf, identifiable(obs))
+        return perf
+
+    def profile_types(self, speeds: dict[str, float]) -> None:
+        """Sia's bootstrapping: before its first start the job runs a few steps on one GPU of
+        each type (``speeds``: type -> compute speed), at its initial batch within the
+        micro-batch bounds, so that its speed on every type is known from the start."""
+        app = self.app
+        m = min(max(app.init_batch_size, app.min_local_bsz), app.max_local_bsz)
+        for gpu_type, speed in speeds.items():
+            if gpu_type and gpu_type not in self._other_types and gpu_type != self.gpu_type:
+                point = {(1, 1, m): app.step_sync_on((1,), m, speed)}
+                self._other_types[gpu_type] = (point, None, None)
 
     # ------------------------------------------------------------------ batch choice
 
@@ -300,7 +325,7 @@ class SimJob:
             perf = self.perf  # refit first if the profile grew since the last fit
             self._other_types[self.gpu_type] = (self.profile, perf, self._fit_free)
         self.profile, self._perf, self._fit_free = self._other_types.pop(gpu_type, ({}, None, None))
-        self._perf_stale = False
+        self._perf_stale = bool(self.profile) and self._perf is None
         self.gpu_type = gpu_type
 
     def advance(self, now: int, seconds: int) -> None:

@@ -81,6 +81,10 @@ class SimConfig:
     #: kind that ran on both (:mod:`adl.sched.type_history`), as a driver can from what jobs
     #: report; off: such types count as 1.0, as the operator counts them today
     learn_type_speeds: bool = True
+    #: on a mixed cluster, every adaptive job profiles one GPU of each type before its first
+    #: start (Sia's bootstrapping; its few steps are not charged), so its per-type speeds are
+    #: known from its arrival; off: a job knows a type only once it has run there
+    profile_types: bool = True
 
     def __post_init__(self) -> None:
         if self.round_s < 1 or self.event_tick_s < 1:
@@ -290,6 +294,9 @@ class Simulator:
         ]
         self.by_name = {j.name: j for j in self.jobs}
         c = self.config
+        if c.node_types and c.profile_types and mode is JobMode.ADAPTIVE:
+            for job in self.jobs:
+                job.profile_types({t: c.speed_of(job.app.name, t) for t, _ in c.node_types})
         self.nodes = c.build_nodes()
         self._capacity = {n.name: n.gpus for n in self.nodes}
         self._node_type = {n.name: n.gpu_type for n in self.nodes}

@@ -126,3 +126,48 @@ def test_mixed_clusters_refuse_what_they_cannot_replay() -> None:
         SimConfig(type_speeds={"cifar10": {"V100": 0.0}})
     with pytest.raises(ValueError, match="uniform"):
         SimConfig(node_types=(("V100", 1),), oracle_info=True)
+
+
+class _OneTypeCheck:
+    """Wraps a policy; fails the replay the moment an answer puts a job on two types."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.rounds = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def optimize(
+        self, jobs: list[JobInfo], nodes: list[NodeInfo], previous: dict[str, list[str]]
+    ) -> Allocation:
+        answer: Allocation = self.inner.optimize(jobs, nodes, previous)  # type: ignore[attr-defined]
+        kind = {n.name: n.gpu_type for n in nodes}
+        for name, held in answer.items():
+            assert len({kind[n] for n in held}) <= 1, (name, held)
+        self.rounds += 1
+        return answer
+
+
+@pytest.mark.parametrize("name", ["adl", "sia", "gavel"])
+def test_a_short_mixed_replay_never_mixes_types(name: str) -> None:
+    from adl.sched.sim.policies import make_policy, rounds_on_events
+    from adl.sched.sim.simulator import simulate
+    from adl.sched.sim.traces import default_traces_dir
+
+    jobs = load_workload(default_traces_dir() / "workloads" / "workload-1.csv")[:6]
+    policy = _OneTypeCheck(make_policy(name))
+    config = mixed_config(THREE_TYPES, rounds_on_events=rounds_on_events(name))
+    result = simulate(jobs, policy, config=config)  # type: ignore[arg-type]
+    assert policy.rounds > 0
+    assert all(j.completion_s is not None for j in result.jobs)
+
+
+def test_a_job_profiled_on_arrival_knows_every_types_speed(toy: AppTrace) -> None:
+    job = adaptive_job(toy)
+    job.profile_types({"slow": 1.0, "fast": 4.0})
+    before = job.job_info(0).type_speed
+    assert set(before) == {"slow", "fast"} and before["fast"] > 2 * before["slow"]
+    job.reallocate((1,), 0, "fast", 4.0)  # its one-GPU step on "fast" is its first measurement
+    assert job.profile == {(1, 1, 8): toy.step_sync_on((1,), 8, 4.0)}
+    assert job.measured_type_speeds()["slow"] < 0.5
