@@ -160,8 +160,29 @@ def report(rows: list[dict[str, Any]], policies: list[str], clusters: list[str])
             jct = a["avg_jct_s"] / s["avg_jct_s"] - 1
             p99 = a["p99_jct_s"] / s["p99_jct_s"] - 1
             print(f"\nadl vs sia: average JCT {jct:+.1%}, p99 {p99:+.1%} (goal: <= -20%, <= 0%)")
+            by_app(mine, policies)
         out[cluster] = means
     return out
+
+
+def by_app(rows: list[dict[str, Any]], policies: list[str]) -> None:
+    """Mean JCT per application (over every workload's jobs of it), and the share of the sum
+    of JCTs each application makes up under Sia: which jobs move the average."""
+    apps: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        for name, jct in r["jct_by_job"].items():
+            app = name.rsplit("-", 1)[0]
+            apps.setdefault(app, {}).setdefault(r["policy"], []).append(float(jct))
+    total = sum(sum(v.get("sia", [])) for v in apps.values()) or 1.0
+    print("\nmean JCT (h) per application, all workloads:\n")
+    print("| application | jobs | " + " | ".join(policies) + " | adl / sia | share of Sia's sum |")
+    print("|---|---|" + "---|" * (len(policies) + 2))
+    for app, per in sorted(apps.items()):
+        cells = [f"{np.mean(per[p]) / 3600:.2f}" if per.get(p) else "" for p in policies]
+        ratio = np.mean(per["adl"]) / np.mean(per["sia"]) if "adl" in per and "sia" in per else 0
+        share = sum(per.get("sia", [])) / total
+        jobs = len(next(iter(per.values())))
+        print(f"| {app} | {jobs} | " + " | ".join(cells) + f" | {ratio:.2f} | {share:.0%} |")
 
 
 def main() -> None:
@@ -173,7 +194,16 @@ def main() -> None:
     parser.add_argument("--no-learn-types", action="store_true")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--report", type=Path, default=None, help="print the tables of a --json file, no replay"
+    )
     args = parser.parse_args()
+    if args.report is not None:
+        saved = json.loads(args.report.read_text())
+        print(f"(from {args.report}: {saved['command']})")
+        names = saved.get("policies") or list(dict.fromkeys(r["policy"] for r in saved["runs"]))
+        report(saved["runs"], names, list(saved["clusters"]))
+        return
     clusters = [c for c in args.clusters.split(",") if c]
     unknown = [c for c in clusters if c not in MIXES]
     if unknown:
@@ -199,6 +229,7 @@ def main() -> None:
             "command": " ".join(sys.argv),
             "clusters": {c: MIXES[c].describe() for c in clusters},
             "learn_type_speeds": not args.no_learn_types,
+            "policies": policies,
             "means": means,
             "runs": rows,
         }
