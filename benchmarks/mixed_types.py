@@ -23,6 +23,7 @@ rounds in which some job spanned types), the average JCT per workload, and adl a
     nice -n 19 flock /tmp/adl-heavy.lock .venv/bin/python benchmarks/mixed_types.py \
         [--clusters three-types,two-types] [--workloads 1,2,3,4] \
         [--policies adl,sia,gavel,pollux-agnostic] [--first N] [--no-learn-types] \
+        [--policy-knob NAME=VALUE ...] \
         [--jobs N] [--json benchmarks/results/cpu-2026-11-28/mixed_types.json]
 """
 
@@ -46,6 +47,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+from adl.sched.policy_knobs import parse_knobs  # noqa: E402
 from adl.sched.sim.gpu_mix import MIXES, mixed_config  # noqa: E402
 from adl.sched.sim.metrics import summarize  # noqa: E402
 from adl.sched.sim.policies import make_policy, rounds_on_events  # noqa: E402
@@ -58,12 +60,13 @@ DEFAULT_POLICIES = ("adl", "sia", "gavel", "pollux-agnostic")
 
 
 class TypeCheck:
-    """Wraps a policy and counts the rounds in which some job's GPUs span types (and any
-    allocation that overfills a node, which the simulator would refuse anyway)."""
+    """Wraps a policy and counts the rounds in which some job's GPUs span types, and the moves
+    of a running job from one type to another."""
 
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.mixed_rounds = 0
+        self.type_changes = 0
 
     def __getattr__(self, name: str) -> Any:  # job_mode, bind_oracle, ...: the inner policy's
         return getattr(self.inner, name)
@@ -75,6 +78,10 @@ class TypeCheck:
         kind = {n.name: n.gpu_type for n in nodes}
         if any(len({kind[n] for n in held}) > 1 for held in answer.values()):
             self.mixed_rounds += 1
+        for name, held in answer.items():
+            before = previous.get(name)
+            if held and before and kind.get(before[0]) != kind.get(held[0]):
+                self.type_changes += 1
         return answer
 
 
@@ -85,6 +92,7 @@ class Task:
     policy: str
     first: int | None
     learn_types: bool
+    knobs: tuple[tuple[str, float], ...] = ()
 
 
 def run_task(task: Task) -> dict[str, Any]:
@@ -95,12 +103,14 @@ def run_task(task: Task) -> dict[str, Any]:
         rounds_on_events=rounds_on_events(task.policy),
         learn_type_speeds=task.learn_types,
     )
-    policy = TypeCheck(make_policy(task.policy))
+    knobs = dict(task.knobs) if task.policy == "adl" else None
+    policy = TypeCheck(make_policy(task.policy, knobs=knobs))
     t0 = time.perf_counter()
     result = simulate(jobs, policy, config=config)
     summary = summarize(result)
     summary["gpu_hours"] = sum(j.gpu_seconds for j in result.jobs) / 3600
     summary["mixed_rounds"] = policy.mixed_rounds
+    summary["type_changes_per_job"] = policy.type_changes / max(len(result.jobs), 1)
     summary["wall_s"] = time.perf_counter() - t0
     summary["jct_by_job"] = {j.name: j.jct_s for j in result.jobs}
     return {"cluster": task.cluster, "workload": task.workload, "policy": task.policy, **summary}
@@ -119,9 +129,9 @@ def report(rows: list[dict[str, Any]], policies: list[str], clusters: list[str])
         print(f"\n### {cluster}: {mix.describe()} (means over workloads {workloads})\n")
         print(
             "| policy | avg JCT (h) | p99 JCT (h) | makespan (h) | GPU-hours | restarts/job "
-            "| round p95 (ms) | rounds mixing types |"
+            "| round p95 (ms) | rounds mixing types | type changes/job |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         means: dict[str, dict[str, float]] = {}
         for policy in policies:
             rs = [r for r in mine if r["policy"] == policy]
@@ -139,12 +149,16 @@ def report(rows: list[dict[str, Any]], policies: list[str], clusters: list[str])
                     "mixed_rounds",
                 )
             }
+            # saved runs from before the column existed have none
+            m["type_changes_per_job"] = float(
+                np.mean([r.get("type_changes_per_job", np.nan) for r in rs])
+            )
             means[policy] = m
             print(
                 f"| {policy} | {m['avg_jct_s'] / 3600:.2f} | {m['p99_jct_s'] / 3600:.2f} "
                 f"| {m['makespan_s'] / 3600:.2f} | {m['gpu_hours']:.0f} "
                 f"| {m['restarts_per_job']:.2f} | {m['round_ms_p95']:.1f} "
-                f"| {m['mixed_rounds']:.0f} |"
+                f"| {m['mixed_rounds']:.0f} | {m['type_changes_per_job']:.2f} |"
             )
         print("\naverage JCT (h) per workload:\n")
         print("| policy | " + " | ".join(f"workload-{w}" for w in workloads) + " |")
@@ -193,6 +207,12 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=None, help="only each workload's first N")
     parser.add_argument("--no-learn-types", action="store_true")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument(
+        "--policy-knob",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an adl policy constant (repeatable), e.g. min_tenure_s=600",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
         "--report", type=Path, default=None, help="print the tables of a --json file, no replay"
@@ -212,8 +232,12 @@ def main() -> None:
     workloads = [int(w) for w in args.workloads.split(",") if w]
     if args.first is not None and not 1 <= args.first <= 10_000:
         parser.error("--first must be 1..10000")
+    try:
+        knobs = tuple(sorted(parse_knobs(args.policy_knob or []).items()))
+    except ValueError as err:
+        parser.error(str(err))
     tasks = [
-        Task(c, w, p, args.first, not args.no_learn_types)
+        Task(c, w, p, args.first, not args.no_learn_types, knobs)
         for c in clusters
         for w in workloads
         for p in policies
@@ -229,6 +253,7 @@ def main() -> None:
             "command": " ".join(sys.argv),
             "clusters": {c: MIXES[c].describe() for c in clusters},
             "learn_type_speeds": not args.no_learn_types,
+            "adl_knobs": dict(knobs),
             "policies": policies,
             "means": means,
             "runs": rows,
