@@ -113,6 +113,12 @@ def run_task(task: Task) -> dict[str, Any]:
     summary["type_changes_per_job"] = policy.type_changes / max(len(result.jobs), 1)
     summary["wall_s"] = time.perf_counter() - t0
     summary["jct_by_job"] = {j.name: j.jct_s for j in result.jobs}
+    by_type: dict[str, dict[str, float]] = {}
+    for j in result.jobs:
+        for gpu_type, seconds in j.gpu_seconds_by_type:
+            per = by_type.setdefault(j.application, {})
+            per[gpu_type] = per.get(gpu_type, 0.0) + seconds / 3600
+    summary["gpu_hours_by_app_and_type"] = by_type
     return {"cluster": task.cluster, "workload": task.workload, "policy": task.policy, **summary}
 
 
@@ -175,6 +181,7 @@ def report(rows: list[dict[str, Any]], policies: list[str], clusters: list[str])
             p99 = a["p99_jct_s"] / s["p99_jct_s"] - 1
             print(f"\nadl vs sia: average JCT {jct:+.1%}, p99 {p99:+.1%} (goal: <= -20%, <= 0%)")
             by_app(mine, policies)
+        by_type(mine, policies)
         out[cluster] = means
     return out
 
@@ -197,6 +204,31 @@ def by_app(rows: list[dict[str, Any]], policies: list[str]) -> None:
         share = sum(per.get("sia", [])) / total
         jobs = len(next(iter(per.values())))
         print(f"| {app} | {jobs} | " + " | ".join(cells) + f" | {ratio:.2f} | {share:.0%} |")
+
+
+def by_type(rows: list[dict[str, Any]], policies: list[str]) -> None:
+    """GPU-hours per application on each type, summed over the workloads: where each policy
+    put the work."""
+    if not all("gpu_hours_by_app_and_type" in r for r in rows):
+        return  # a saved run from before this table
+    types = sorted(
+        {t for r in rows for per in r["gpu_hours_by_app_and_type"].values() for t in per}
+    )
+    apps = sorted({a for r in rows for a in r["gpu_hours_by_app_and_type"]})
+    print("\nGPU-hours per application and type, all workloads:\n")
+    print("| policy | application | " + " | ".join(types) + " |")
+    print("|---|---|" + "---|" * len(types))
+    for policy in policies:
+        for app in apps:
+            cells = [
+                sum(
+                    r["gpu_hours_by_app_and_type"].get(app, {}).get(t, 0.0)
+                    for r in rows
+                    if r["policy"] == policy
+                )
+                for t in types
+            ]
+            print(f"| {policy} | {app} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
 
 
 def main() -> None:

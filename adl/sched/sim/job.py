@@ -59,6 +59,8 @@ class SimJob:
     epoch: int = 0
     completion_time: int | None = None
     attained_service: float = 0.0
+    #: GPU-seconds held on each GPU type (the pacing type of a placement that spans types)
+    service_by_type: dict[str, float] = field(default_factory=dict)
     restarts: int | None = None  # None until the first start
     #: simulated times at which the job was resumed: given GPUs again after a preemption
     resume_times: list[int] = field(default_factory=list)
@@ -332,6 +334,12 @@ class SimJob:
         """Run from ``now`` for ``seconds``; epochs and completion are accounted to the second."""
         if not self.placement or self.done:
             return
+        before = self.attained_service
+        self._run(now, seconds)
+        held = self.service_by_type.get(self.gpu_type, 0.0)
+        self.service_by_type[self.gpu_type] = held + self.attained_service - before
+
+    def _run(self, now: int, seconds: int) -> None:
         gpus = self.replicas
         delay = int(min(self.rescale_left, seconds))
         self.rescale_left -= delay

@@ -235,6 +235,8 @@ class JobRecord:
     gpu_seconds: float
     #: simulated times at which the job was given GPUs again after a preemption
     resume_times: tuple[int, ...] = ()
+    #: GPU-seconds by GPU type (by the type that paced it, where a placement spanned types)
+    gpu_seconds_by_type: tuple[tuple[str, float], ...] = ()
 
     @property
     def jct_s(self) -> int | None:
@@ -494,6 +496,7 @@ class Simulator:
                 restarts=j.restarts or 0,
                 gpu_seconds=j.attained_service,
                 resume_times=tuple(j.resume_times),
+                gpu_seconds_by_type=tuple(sorted(j.service_by_type.items())),
             )
             for j in self.jobs
         ]

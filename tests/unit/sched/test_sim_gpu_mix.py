@@ -43,6 +43,7 @@ def test_a_fixed_job_runs_at_its_types_speed(toy: AppTrace) -> None:
     job.reallocate((1,), 0, "fast", 4.0)
     job.advance(0, 30 + 40)  # 30 s restart, then 40 s at 0.4 s per unit of progress
     assert job.progress == pytest.approx(40 / 0.4)
+    assert job.service_by_type == {"fast": pytest.approx(70.0)}  # the restart holds it too
 
 
 def test_a_job_learns_one_model_per_type_and_compares_them(toy: AppTrace) -> None:
