@@ -132,8 +132,9 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--policy",
                 "-p",
-                help="adl, sia, pollux, pollux-objective, tiresias, optimus or fifo; several, "
-                "comma-separated (adl,sia,pollux), replay each workload under each",
+                help="adl, sia, pollux, pollux-objective, tiresias, optimus, fifo, gavel or "
+                "pollux-agnostic; several, comma-separated (adl,sia,pollux), replay each "
+                "workload under each",
             ),
         ] = "adl",
         traces: Annotated[

@@ -98,3 +98,7 @@ register(PolicyEntry("pollux-objective", "adl.sched.baselines:PolluxObjectivePol
 register(PolicyEntry("tiresias", "adl.sched.baselines:TiresiasPolicy"))
 register(PolicyEntry("optimus", "adl.sched.baselines:OptimusOraclePolicy", uses_oracle=True))
 register(PolicyEntry("fifo", "adl.sched.baselines:FifoPolicy"))
+# peers on mixed GPU-type clusters (issue 33): Gavel's max-min fairness over types, and Pollux
+# as published, blind to types
+register(PolicyEntry("gavel", "adl.sched.baselines:GavelPolicy"))
+register(PolicyEntry("pollux-agnostic", "adl.sched.baselines:PolluxTypeAgnosticPolicy"))

@@ -49,6 +49,9 @@ class PolluxSettings:
     #: place each job first fit when it is first seen, before the search (Pollux's allocator
     #: between rounds; the published simulator never did)
     first_fit_arrivals: bool = False
+    #: see GPUs only, not their types (the published Pollux): a job may span types and the
+    #: slowest paces it; False: its answer passes the shared one-type rule like every policy's
+    type_agnostic: bool = False
 
     def __post_init__(self) -> None:
         if not 2 <= self.population <= 10_000 or not 0 <= self.generations <= 10_000:
@@ -127,6 +130,8 @@ class PolluxPolicy:
             for j, job in enumerate(ordered)
             if best[j].sum() > 0
         }
+        if self.settings.type_agnostic:
+            return answer
         return one_type_per_job(answer, jobs, nodes)
 
     # ------------------------------------------------------------------ round set-up
@@ -229,3 +234,11 @@ class PolluxPolicy:
                 :, np.array(src_j)[:, None], np.array(src_n)[None, :]
             ]
         return np.concatenate([base[None], pop])
+
+
+class PolluxTypeAgnosticPolicy(PolluxPolicy):
+    """Pollux as published on a mixed cluster: it counts GPUs and never looks at their type, so
+    its placements may mix types (the slowest type paces such a job)."""
+
+    def __init__(self, seed: int = 0, settings: PolluxSettings | None = None) -> None:
+        super().__init__(seed, settings or PolluxSettings(type_agnostic=True))

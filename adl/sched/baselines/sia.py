@@ -24,6 +24,15 @@ off in its published configuration and is left out. Remaining work is not used.
 
 Placement (:mod:`adl.sched.baselines.sia_placement`) keeps a job whose GPU count is unchanged
 where it is, so only a change of configuration restarts a job, as in Sia's own simulator.
+
+On a cluster of several GPU types this is Sia's heterogeneous formulation: the
+configurations are those above *per type* (a job's GPUs all of one type), a configuration's
+goodput is the job's speedup there times its speed on the type (``JobInfo.speed_on``: its
+per-type models compared, or an estimate for a type it has not run on), the row is
+normalized by its smallest goodput over every type, there is one capacity constraint per type,
+and each type's nodes are placed apart. A job without a model is offered one GPU of each type
+it may use (Sia bootstraps on the smallest configuration of each type), valued at its speed
+there. A configuration moving a job to another type costs a restart like any other change.
 """
 
 from __future__ import annotations
@@ -89,36 +98,50 @@ class SiaPolicy:
         self.last_objective: float | None = None
 
     def costs(
-        self, job: JobInfo, configs: Sequence[tuple[int, int]], current: int | None
+        self,
+        job: JobInfo,
+        configs: Sequence[tuple[int, int]],
+        current: int | None,
+        kinds: Sequence[str] | None = None,
     ) -> np.ndarray:
-        """``G_jc^p`` per configuration (inf where the job cannot take it)."""
+        """``G_jc^p`` per configuration (inf where the job cannot take it); ``kinds``: the
+        GPU type of each configuration (None: one type)."""
         s = self.settings
         gpr = max(job.gpus_per_replica, 1)
         cap = min(job.max_replicas, max(2 * job.max_profiled_replicas, 1))
         low = max(job.min_replicas, 1)
         replicas = np.array([g // gpr if g % gpr == 0 else 0 for _, g in configs])
         valid = (replicas >= low) & (replicas <= cap)
+        speed = np.ones(len(configs))
+        if kinds is not None:
+            speed = np.array([job.speed_on(t) if job.may_use(t) else 0.0 for t in kinds])
+            valid &= speed > 0
         cost = np.full(len(configs), np.inf)
         if not valid.any():
             return cost
         if job.speedup is linear_speedup:  # no model yet: bootstrap on the smallest config
-            first = int(np.flatnonzero(valid)[0])
-            valid[:] = False
-            valid[first] = True
-            goodput = np.zeros(len(configs))
-            goodput[first] = 1.0
+            kept = np.zeros(len(configs), dtype=bool)
+            for t in dict.fromkeys(kinds or [""]):  # of each type
+                of_type = valid & (np.array(kinds) == t) if kinds is not None else valid
+                if of_type.any():
+                    kept[int(np.flatnonzero(of_type)[0])] = True
+            valid = kept
+            goodput = np.where(valid, speed, 0.0)
         else:
             width = int(replicas[valid].max())
             nodes = max(n for n, _ in configs)
-            per_node = max(configs[-1][1] // configs[-1][0] // gpr, 1)
+            per_node = max(max(g // n for n, g in configs) // gpr, 1)
             grid = self._grids.grid(job.speedup, nodes, width, per_node)
             goodput = np.zeros(len(configs))
             for c in np.flatnonzero(valid).tolist():
-                goodput[c] = grid[min(configs[c][0], replicas[c]), replicas[c]]
-            positive = goodput[valid] > 0
-            if not positive.any():
-                return cost
-            goodput = goodput / goodput[valid][positive][0]  # smallest valid config is 1
+                goodput[c] = grid[min(configs[c][0], replicas[c]), replicas[c]] * speed[c]
+        positive = valid & (goodput > 0)
+        if not positive.any():
+            return cost
+        # one type: the smallest valid configuration is 1 (as published); several: the row's
+        # smallest goodput over every type (the configurations are no longer in size order)
+        base = goodput[positive][0] if kinds is None else goodput[positive].min()
+        goodput = goodput / base
         # Moving away from the configuration the job holds costs a restart; a job that holds
         # none has nothing to lose (and a factor of 0 would otherwise starve it for good).
         factor = restart_factor(job) if current is not None else 1.0
@@ -137,6 +160,8 @@ class SiaPolicy:
         self._grids.new_round()
         if not jobs or not nodes:
             return {}
+        if len({n.gpu_type for n in nodes}) > 1 or any(j.gpu_types for j in jobs):
+            return self._optimize_types(jobs, nodes, previous)
         per_node = max(n.gpus for n in nodes)
         configs = configurations(per_node, len(nodes))
         names = {n.name for n in nodes}
@@ -161,6 +186,61 @@ class SiaPolicy:
         allocation.update(pinned)
         return one_type_per_job(allocation, jobs, nodes)
 
+    def _optimize_types(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous: Mapping[str, list[str]],
+    ) -> Allocation:
+        """Sia's heterogeneous program: configurations per GPU type, a capacity per type."""
+        pinned = {
+            j.name: list(previous[j.name])
+            for j in jobs
+            if not j.preemptible and previous.get(j.name)
+        }
+        free_nodes = _free_nodes(nodes, pinned)
+        types = sorted({n.gpu_type for n in nodes})
+        of_type = {t: [n for n in free_nodes if n.gpu_type == t] for t in types}
+        configs: list[tuple[int, int]] = []
+        kinds: list[str] = []
+        for t in types:
+            here = [n for n in nodes if n.gpu_type == t]
+            for config in configurations(max(n.gpus for n in here), len(here)):
+                configs.append(config)
+                kinds.append(t)
+        node_type = {n.name: n.gpu_type for n in nodes}
+        index = {(t, g): c for c, (t, (_, g)) in enumerate(zip(kinds, configs, strict=True))}
+        movable = [
+            j for j in sorted(jobs, key=lambda j: (j.submit_order, j.name)) if j.name not in pinned
+        ]
+        rows = []
+        for job in movable:
+            held = previous.get(job.name) or []
+            held_types = {node_type.get(n) for n in held}
+            current = None
+            if held and len(held_types) == 1 and None not in held_types:
+                current = index.get((node_type[held[0]], len(held)))
+            rows.append(self.costs(job, configs, current, kinds))
+        costs = np.stack(rows) if rows else np.zeros((0, len(configs)))
+        groups = np.array([types.index(t) for t in kinds])
+        free = np.array([max(sum(n.gpus for n in of_type[t]), 0) for t in types])
+        chosen = self._solve(costs, np.array([g for _, g in configs]), free, groups)
+        allocation: Allocation = {}
+        for t in types:
+            want = {
+                job.name: configs[c][1]
+                for job, c in zip(movable, chosen, strict=True)
+                if c >= 0 and kinds[c] == t
+            }
+            kept = {
+                k: v
+                for k, v in previous.items()
+                if k in want and {node_type.get(n) for n in v} == {t}
+            }
+            allocation.update(place(want, kept, of_type[t]))
+        allocation.update(pinned)
+        return one_type_per_job(allocation, jobs, nodes)
+
     @staticmethod
     def _current(held: list[str] | None, gpus: Mapping[int, int], names: set[str]) -> int | None:
         """Index of the configuration the job holds now, if it holds one."""
@@ -168,8 +248,16 @@ class SiaPolicy:
             return None
         return gpus.get(len(held))
 
-    def _solve(self, costs: np.ndarray, config_gpus: np.ndarray, free: int) -> list[int]:
-        """Chosen configuration index per job (-1: none), optimal within the MIP gap."""
+    def _solve(
+        self,
+        costs: np.ndarray,
+        config_gpus: np.ndarray,
+        free: int | np.ndarray,
+        groups: np.ndarray | None = None,
+    ) -> list[int]:
+        """Chosen configuration index per job (-1: none), optimal within the MIP gap;
+        ``groups[c]``: the GPU type of configuration c, ``free[g]``: that type's free GPUs
+        (None: one type, ``free`` a number)."""
         s = self.settings
         jobs = costs.shape[0]
         if jobs == 0:
@@ -185,14 +273,17 @@ class SiaPolicy:
         one_each = coo_array(
             (np.ones(len(rows)), (rows, np.arange(len(rows)))), shape=(jobs, len(rows))
         )
-        capacity = config_gpus[cols].astype(np.float64)[None, :]
+        limits = np.atleast_1d(np.asarray(free, dtype=np.float64))
+        group = np.zeros(len(config_gpus), dtype=int) if groups is None else groups
+        capacity = np.zeros((len(limits), len(rows)))
+        capacity[group[cols], np.arange(len(rows))] = config_gpus[cols]
         result = milp(
             c,
             integrality=np.ones(len(rows)),
             bounds=Bounds(0, 1),
             constraints=[
                 LinearConstraint(one_each.tocsr(), -np.inf, 1),
-                LinearConstraint(capacity, -np.inf, free),
+                LinearConstraint(capacity, -np.inf, limits),
             ],
             options={"mip_rel_gap": s.gap, "time_limit": s.time_limit_s, "presolve": True},
         )

@@ -35,6 +35,15 @@ MAX_REPLICAS = 64
 FIXED_ADAPTIVE_BATCH: dict[str, int] = {"ncf": 32768}
 
 
+#: a profile of one GPU type: (nodes, replicas, micro-batch) -> (step, sync), its fitted model
+#: and the parameters the fit could identify
+_TypeProfile = tuple[
+    dict[tuple[int, int, int], tuple[float, float]], PerfParams | None, dict[str, bool] | None
+]
+#: bounds of a per-type speed ratio (as ``adl.sched.hints`` bounds the operator's)
+_MIN_TYPE_SPEED, _MAX_TYPE_SPEED = 0.01, 100.0
+
+
 @dataclass(eq=False)
 class SimJob:
     """State and physics of one job inside the simulator."""
@@ -50,6 +59,8 @@ class SimJob:
     epoch: int = 0
     completion_time: int | None = None
     attained_service: float = 0.0
+    #: GPU-seconds held on each GPU type (the pacing type of a placement that spans types)
+    service_by_type: dict[str, float] = field(default_factory=dict)
     restarts: int | None = None  # None until the first start
     #: simulated times at which the job was resumed: given GPUs again after a preemption
     resume_times: list[int] = field(default_factory=list)
@@ -62,7 +73,15 @@ class SimJob:
     #: diagnostic: report trace truth (speedup of the current epoch, remaining work) instead of
     #: the job's own model; given by the simulator as ``truth(app, epoch)``
     truth: Callable[[AppTrace, int], TrueSpeedup] | None = None
+    #: the GPU type it runs on ("" on a uniform cluster; on a placement mixing types, the
+    #: slowest one's, which paces every step) and its compute speed there relative to the
+    #: traces' (:meth:`AppTrace.step_sync_on`)
+    gpu_type: str = ""
+    speed: float = 1.0
     grad: GradParams | None = None
+    #: what the job measured on each type it ran on before the current one: (profile, fitted
+    #: model, identifiable parameters), as the worker's profile keeps its steps per type
+    _other_types: dict[str, _TypeProfile] = field(default_factory=dict)
     _perf: PerfParams | None = None
     _perf_stale: bool = False
     _fit_free: dict[str, bool] | None = None  # parameters the last fit could identify
@@ -105,7 +124,10 @@ class SimJob:
 
     @property
     def max_profiled_replicas(self) -> int:
-        return max((key[1] for key in self.profile), default=0)
+        """The most replicas measured on any GPU type (scaling is the model's, not the type's)."""
+        here = max((key[1] for key in self.profile), default=0)
+        there = (key[1] for prof, _, _ in self._other_types.values() for key in prof)
+        return max(here, max(there, default=0))
 
     @property
     def done(self) -> bool:
@@ -197,7 +219,52 @@ class SimJob:
             preemptible=True,
             submit_order=self.order,
             kind=self.app.name,
+            type_speed=self.measured_type_speeds() if self.mode is JobMode.ADAPTIVE else {},
         )
+
+    def measured_type_speeds(self) -> dict[str, float]:
+        """The job's speed on each GPU type it has a model of, relative to its current type's
+        model: the ratio of the models' compute times for one micro-batch (the current one,
+        else the initial batch within the micro-batch bounds), as the operator compares the
+        per-type models a worker reports (``adl.sched.hints.type_speed_from_models``)."""
+        perf, current = self.perf, self.gpu_type
+        others = {t: self._model_of(t) for t in self._other_types if t}
+        if not current or perf is None:  # not started: relative to the first type profiled
+            current = next((t for t, p in others.items() if p is not None), "")
+            perf = others.get(current)
+        if not current or perf is None:
+            return {}
+        app = self.app
+        m = self.batch.local_bsz or app.init_batch_size
+        m = min(max(m, app.min_local_bsz), app.max_local_bsz)
+        here = perf.alpha_c + perf.beta_c * m
+        out = {current: 1.0}
+        for gpu_type, other in others.items():
+            if gpu_type != current and other is not None:
+                ratio = here / max(other.alpha_c + other.beta_c * m, 1e-12)
+                out[gpu_type] = min(max(ratio, _MIN_TYPE_SPEED), _MAX_TYPE_SPEED)
+        return out
+
+    def _model_of(self, gpu_type: str) -> PerfParams | None:
+        """The model fitted to what the job measured on another type (fitted on first use)."""
+        profile, perf, _ = self._other_types[gpu_type]
+        if perf is None and profile:
+            rows = [(n, k, m, st - sy, st) for (n, k, m), (st, sy) in profile.items()]
+            obs = Observations.from_rows(rows)
+            perf = fit_perf_params(obs)
+            self._other_types[gpu_type] = (profile, perf, identifiable(obs))
+        return perf
+
+    def profile_types(self, speeds: dict[str, float]) -> None:
+        """Sia's bootstrapping: before its first start the job runs a few steps on one GPU of
+        each type (``speeds``: type -> compute speed), at its initial batch within the
+        micro-batch bounds, so that its speed on every type is known from the start."""
+        app = self.app
+        m = min(max(app.init_batch_size, app.min_local_bsz), app.max_local_bsz)
+        for gpu_type, speed in speeds.items():
+            if gpu_type and gpu_type not in self._other_types and gpu_type != self.gpu_type:
+                point = {(1, 1, m): app.step_sync_on((1,), m, speed)}
+                self._other_types[gpu_type] = (point, None, None)
 
     # ------------------------------------------------------------------ batch choice
 
@@ -227,10 +294,20 @@ class SimJob:
 
     # ------------------------------------------------------------------ events
 
-    def reallocate(self, placement: tuple[int, ...], now: int | None = None) -> None:
+    def reallocate(
+        self,
+        placement: tuple[int, ...],
+        now: int | None = None,
+        gpu_type: str = "",
+        speed: float = 1.0,
+    ) -> None:
         """Apply a changed allocation: a (re)start with its delay, or a wait with no GPUs;
-        ``now`` (when given) records a resume after a preemption in ``resume_times``."""
+        ``now`` (when given) records a resume after a preemption in ``resume_times``;
+        ``gpu_type`` and ``speed``: the type that paces the new placement and its speed."""
         waiting = not self.placement
+        if any(placement):
+            self._switch_type(gpu_type)
+            self.speed = speed
         self.placement = tuple(x for x in placement if x)
         if self.placement and waiting and self.restarts is not None and now is not None:
             self.resume_times.append(now)
@@ -241,10 +318,28 @@ class SimJob:
         self.rescale_left = self.restart_delay_s
         self.restarts = 0 if self.restarts is None else self.restarts + 1
 
+    def _switch_type(self, gpu_type: str) -> None:
+        """Keep the current type's profile and model aside and take up ``gpu_type``'s (empty
+        if the job never ran there): each type's model is fitted from its own steps only."""
+        if gpu_type == self.gpu_type:
+            return
+        if self.profile:
+            perf = self.perf  # refit first if the profile grew since the last fit
+            self._other_types[self.gpu_type] = (self.profile, perf, self._fit_free)
+        self.profile, self._perf, self._fit_free = self._other_types.pop(gpu_type, ({}, None, None))
+        self._perf_stale = bool(self.profile) and self._perf is None
+        self.gpu_type = gpu_type
+
     def advance(self, now: int, seconds: int) -> None:
         """Run from ``now`` for ``seconds``; epochs and completion are accounted to the second."""
         if not self.placement or self.done:
             return
+        before = self.attained_service
+        self._run(now, seconds)
+        held = self.service_by_type.get(self.gpu_type, 0.0)
+        self.service_by_type[self.gpu_type] = held + self.attained_service - before
+
+    def _run(self, now: int, seconds: int) -> None:
         gpus = self.replicas
         delay = int(min(self.rescale_left, seconds))
         self.rescale_left -= delay
@@ -283,9 +378,9 @@ class SimJob:
         self.grad = GradParams(*app.grad_stats(k * m * (s + 1), self.epoch))
         key = (n, k, m)
         if key not in self.profile:
-            self.profile[key] = app.step_sync_time(self.placement, m)
+            self.profile[key] = app.step_sync_on(self.placement, m, self.speed)
             self._perf_stale = True
-        return app.rate(self.placement, m, s, self.epoch)
+        return app.rate(self.placement, m, s, self.epoch, self.speed)
 
 
 def placement_of(nodes: list[str]) -> tuple[int, ...]:

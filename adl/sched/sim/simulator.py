@@ -33,6 +33,7 @@ from adl.sched.sim.job import (
 from adl.sched.sim.traces import AppTrace, load_traces
 from adl.sched.sim.truth import TrueGoodput, TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob, load_workload
+from adl.sched.type_history import TypeSpeedHistory
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, RanksByPredictedRemaining
 from adl.sched.work_history import WorkHistory
 
@@ -71,6 +72,19 @@ class SimConfig:
     #: keep every allocation change with its reason (``SimResult.decisions``), as the
     #: backends' decision log would show it
     explain: bool = False
+    #: a cluster of several GPU types: (type, number of nodes) in node order, replacing
+    #: ``num_nodes`` uniform nodes (:mod:`adl.sched.sim.gpu_mix` builds the published mixes)
+    node_types: tuple[tuple[str, int], ...] = ()
+    #: application -> GPU type -> compute speed relative to the traces' (1.0 where absent)
+    type_speeds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: on a mixed cluster, estimate a job's speed on types it has not run on from jobs of its
+    #: kind that ran on both (:mod:`adl.sched.type_history`), as a driver can from what jobs
+    #: report; off: such types count as 1.0, as the operator counts them today
+    learn_type_speeds: bool = True
+    #: on a mixed cluster, every adaptive job profiles one GPU of each type before its first
+    #: start (Sia's bootstrapping; its few steps are not charged), so its per-type speeds are
+    #: known from its arrival; off: a job knows a type only once it has run there
+    profile_types: bool = True
 
     def __post_init__(self) -> None:
         if self.round_s < 1 or self.event_tick_s < 1:
@@ -79,6 +93,29 @@ class SimConfig:
         delays += [d for _, d in self.restart_delay_by_app]
         if min(delays) < 0:
             raise ValueError("restart delays must be at least 0 seconds")
+        if any(count < 1 or not name for name, count in self.node_types):
+            raise ValueError("node_types needs a type name and at least one node per type")
+        speeds = [v for per_app in self.type_speeds.values() for v in per_app.values()]
+        if any(not 0.0 < v <= 100.0 for v in speeds):
+            raise ValueError("type speeds must be in (0, 100]")
+        if self.oracle_info and self.node_types:
+            raise ValueError("oracle_info replays uniform clusters only")
+
+    def speed_of(self, application: str, gpu_type: str) -> float:
+        """Compute speed of ``application`` on ``gpu_type`` relative to the traces'."""
+        return float(self.type_speeds.get(application, {}).get(gpu_type, 1.0))
+
+    def build_nodes(self) -> list[NodeInfo]:
+        """The cluster's nodes: ``node_types`` in order, else ``num_nodes`` untyped ones."""
+        if not self.node_types:
+            return [NodeInfo(f"node-{i:02d}", self.gpus_per_node) for i in range(self.num_nodes)]
+        out: list[NodeInfo] = []
+        for gpu_type, count in self.node_types:
+            out += [
+                NodeInfo(f"node-{len(out) + i:02d}", self.gpus_per_node, gpu_type=gpu_type)
+                for i in range(count)
+            ]
+        return out
 
     def restart_delay_for(self, application: str) -> int:
         """Seconds a job of ``application`` loses per (re)start."""
@@ -126,9 +163,19 @@ class SimulatorOracle:
     the first round. Nothing here ever reaches a policy through :class:`JobInfo`.
     """
 
-    def __init__(self, jobs: Mapping[str, SimJob], gpus_per_node: int) -> None:
+    def __init__(
+        self,
+        jobs: Mapping[str, SimJob],
+        gpus_per_node: int,
+        config: SimConfig | None = None,
+    ) -> None:
         self._jobs = jobs
         self.gpus_per_node = gpus_per_node
+        self._config = config or SimConfig()
+
+    def type_speed(self, name: str, gpu_type: str) -> float:
+        """True compute speed of the job on ``gpu_type`` relative to the traces'."""
+        return self._config.speed_of(self._jobs[name].app.name, gpu_type)
 
     def app(self, name: str) -> AppTrace:
         return self._jobs[name].app
@@ -149,9 +196,10 @@ class SimulatorOracle:
             return 1.0
         return app.iterations_after(b, app.max_epochs) - app.iterations_after(b, job.epoch + 1)
 
-    def step_time(self, name: str, replicas: int) -> float:
+    def step_time(self, name: str, replicas: int, gpu_type: str = "") -> float:
         """True seconds per optimizer step at ``replicas`` GPUs packed ``gpus_per_node`` per node,
-        with the job's batch split over them (accumulating when a GPU's share is too big)."""
+        with the job's batch split over them (accumulating when a GPU's share is too big), on
+        GPUs of ``gpu_type`` ("": the traces' own)."""
         from adl.sched.sim.batching import split_batch
 
         job = self._jobs[name]
@@ -165,7 +213,8 @@ class SimulatorOracle:
             init_batch_size=app.init_batch_size,
             max_batch_size=app.max_batch_size,
         )
-        step, sync = app.step_sync_time(placement, m)
+        speed = self.type_speed(name, gpu_type) if gpu_type else 1.0
+        step, sync = app.step_sync_on(placement, m, speed)
         return step + s * (step - sync)
 
 
@@ -186,6 +235,8 @@ class JobRecord:
     gpu_seconds: float
     #: simulated times at which the job was given GPUs again after a preemption
     resume_times: tuple[int, ...] = ()
+    #: GPU-seconds by GPU type (by the type that paced it, where a placement spanned types)
+    gpu_seconds_by_type: tuple[tuple[str, float], ...] = ()
 
     @property
     def jct_s(self) -> int | None:
@@ -245,17 +296,20 @@ class Simulator:
         ]
         self.by_name = {j.name: j for j in self.jobs}
         c = self.config
-        self.nodes = [
-            NodeInfo(name=f"node-{i:02d}", gpus=c.gpus_per_node) for i in range(c.num_nodes)
-        ]
+        if c.node_types and c.profile_types and mode is JobMode.ADAPTIVE:
+            for job in self.jobs:
+                job.profile_types({t: c.speed_of(job.app.name, t) for t, _ in c.node_types})
+        self.nodes = c.build_nodes()
         self._capacity = {n.name: n.gpus for n in self.nodes}
+        self._node_type = {n.name: n.gpu_type for n in self.nodes}
+        self.type_history = TypeSpeedHistory()
         self.allocation: Allocation = {}
         self.decisions: list[tuple[int, Decision]] = []
         self.now = 0
         self.history = WorkHistory()
         self._recorded: set[str] = set()
         if isinstance(policy, OracleAware):
-            policy.bind_oracle(SimulatorOracle(self.by_name, c.gpus_per_node))
+            policy.bind_oracle(SimulatorOracle(self.by_name, c.gpus_per_node, c))
 
     def _truth(self, app: AppTrace, epoch: int) -> TrueSpeedup:
         """True speedups of ``app``, shared by its jobs; epochs in tenths of training (the
@@ -286,6 +340,8 @@ class Simulator:
         infos = [j.job_info(self.now, hide_remaining=hide) for j in active]
         if hide and self.config.predict_remaining:
             infos = self._predicted(active, infos)
+        if self.config.node_types and self.config.learn_type_speeds:
+            infos = self._estimated_types(infos)
         previous = {
             j.name: list(self.allocation[j.name]) for j in active if j.name in self.allocation
         }
@@ -297,9 +353,36 @@ class Simulator:
             self._explain(infos, previous, new)
         for job in active:
             if not same_allocation(new.get(job.name), self.allocation.get(job.name)):
-                job.reallocate(placement_of(new.get(job.name, [])), self.now)
+                held = new.get(job.name, [])
+                gpu_type, speed = self._pacing(job, held)
+                job.reallocate(placement_of(held), self.now, gpu_type, speed)
         self.allocation = new
         return elapsed
+
+    def _pacing(self, job: SimJob, held: Sequence[str]) -> tuple[str, float]:
+        """The GPU type that paces ``job`` on the nodes ``held`` (the slowest of them for the
+        job: a data-parallel step waits for its slowest replica) and the job's speed there."""
+        types = sorted({self._node_type[n] for n in held})
+        if not types:
+            return "", 1.0
+        app = job.app.name
+        speed, gpu_type = min((self.config.speed_of(app, t), t) for t in types)
+        return gpu_type, speed
+
+    def _estimated_types(self, infos: list[JobInfo]) -> list[JobInfo]:
+        """Each job's measured per-type speeds recorded by kind, and the types it has not
+        measured filled from what jobs of its kind measured (:mod:`adl.sched.type_history`)."""
+        types = tuple(dict.fromkeys(t for t, _ in self.config.node_types))
+        for info in infos:
+            self.type_history.observe(info.kind, info.name, info.type_speed)
+        out = []
+        for info in infos:
+            if self.by_name[info.name].mode is not JobMode.ADAPTIVE:
+                out.append(info)
+                continue
+            filled = self.type_history.fill(info.kind, info.type_speed, types)
+            out.append(replace(info, type_speed=filled) if filled != info.type_speed else info)
+        return out
 
     def _predicted(self, active: list[SimJob], infos: list[JobInfo]) -> list[JobInfo]:
         """Record the jobs finished since the last round in the history (their total work as
@@ -413,6 +496,7 @@ class Simulator:
                 restarts=j.restarts or 0,
                 gpu_seconds=j.attained_service,
                 resume_times=tuple(j.resume_times),
+                gpu_seconds_by_type=tuple(sorted(j.service_by_type.items())),
             )
             for j in self.jobs
         ]

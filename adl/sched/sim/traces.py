@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -182,13 +183,33 @@ class AppTrace:
         self._time_cache[key] = out
         return out
 
+    def step_sync_on(
+        self, placement: Sequence[int], local_bsz: float, speed: float = 1.0
+    ) -> tuple[float, float]:
+        """:meth:`step_sync_time` on a GPU type of compute ``speed`` relative to the traces'
+        (a mixed cluster, :mod:`adl.sched.sim.gpu_mix`): the compute part of the step (step
+        time less sync time) takes ``1 / speed`` of the traces' time, the gradient sync the
+        same time (the network is not the GPU's)."""
+        step, sync = self.step_sync_time(placement, local_bsz)
+        if speed == 1.0:
+            return step, sync
+        if not 0.0 < speed < math.inf:
+            raise ValueError(f"a GPU type's speed must be positive and finite, got {speed}")
+        return sync + max(step - sync, 0.0) / speed, sync
+
     def rate(
-        self, placement: Sequence[int], local_bsz: float, accum_steps: int, epoch: int
+        self,
+        placement: Sequence[int],
+        local_bsz: float,
+        accum_steps: int,
+        epoch: int,
+        speed: float = 1.0,
     ) -> float:
         """True scale-invariant iterations per second of a configuration during ``epoch``: the
         AdaScale gain of its global batch over the time of one optimizer step (the traces
-        README's physics, shared by the simulated jobs and the what-ifs)."""
-        step, sync = self.step_sync_time(placement, local_bsz)
+        README's physics, shared by the simulated jobs and the what-ifs), on GPUs of compute
+        ``speed`` (:meth:`step_sync_on`)."""
+        step, sync = self.step_sync_on(placement, local_bsz, speed)
         batch = sum(placement) * local_bsz * (accum_steps + 1)
         sqr, var = self.grad_stats(batch, epoch)
         scale = batch / self.init_batch_size

@@ -215,7 +215,7 @@ def test_baselines_are_replayed_with_fixed_rounds(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["missing.csv", "--policy", "fifo"], "not found"),
-        (["{wl}", "--policy", "gavel"], "unknown policy"),
+        (["{wl}", "--policy", "themis"], "unknown policy"),
         (["{wl}", "--policy", "fifo", "--traces", "{tmp}/no-traces"], "traces directory"),
         (["{tmp}", "--policy", "fifo"], "no workload-*.csv"),
         (["{wl}", "--policy-knob", "srpt_pwr=1"], "unknown policy knob 'srpt_pwr'"),
@@ -223,7 +223,7 @@ def test_baselines_are_replayed_with_fixed_rounds(tmp_path: Path) -> None:
         (["{wl}", "-p", "fifo", "--policy-knob", "fairness=0"], "adl policy only"),
         (["{wl}", "-p", "fifo", "--plot", "{tmp}/x.txt"], "cannot write txt"),
         (["{wl}", "-p", "fifo", "--plot-jct", "{tmp}/x.txt"], "--plot-jct"),
-        (["{wl}", "-p", "fifo,gavel"], "unknown policy 'gavel'"),
+        (["{wl}", "-p", "fifo,themis"], "unknown policy 'themis'"),
         (["{wl}", "-p", "fifo,tiresias,fifo"], "a policy is named twice"),
         (["{wl}", "-p", "adl,fifo", "--decisions", "{tmp}/d.tsv"], "--decisions takes one policy"),
         (["{tmp}/empty.csv", "-p", "fifo"], "empty.csv: no jobs"),
