@@ -30,7 +30,7 @@ import numpy as np
 
 from adl.controller.driver import Driver
 from adl.controller.job_record import JobRecord
-from adl.controller.memory import MemoryBackend
+from adl.controller.memory import MemoryWorkerBackend
 from adl.controller.rounds import SpeedupCache
 from adl.models import (
     AdaptiveJobSpec,
@@ -125,7 +125,7 @@ def bench(
             local = LocalBackend(jobs, n_gpus, Path(tmp), policy)
             driver, target = local.daemon.driver, local
         else:
-            memory = MemoryBackend(jobs, nodes)
+            memory = MemoryWorkerBackend(jobs, nodes)
             driver, target = Driver(memory, policy), memory  # type: ignore[arg-type]
         if not cached:
             driver.speedups = _NoCache()  # type: ignore[assignment]

@@ -1,7 +1,7 @@
 """The test kit's event sink for the Kubernetes backend (``adl.operator.backend.EventSink``):
 it keeps what the operator would post as Kubernetes Events, so a test needs no kopf context
 and can check what was said. Pass it as ``Runtime(..., events=recorder)`` or
-``KubeBackend(..., events=recorder)``."""
+``KubeWorkerBackend(..., events=recorder)``."""
 
 from __future__ import annotations
 

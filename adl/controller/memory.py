@@ -14,7 +14,7 @@ from adl.models import AdaptiveJobStatus, Condition, Hints
 from adl.sched.types import NodeInfo
 
 
-class MemoryBackend:
+class MemoryWorkerBackend:
     """Jobs in a dict, nodes as given; groups are recorded, never run (no worker is ever
     observed); events are kept in order."""
 

@@ -228,7 +228,7 @@ class StepContext:
     pool_error: str | None = None
 
 
-class KubeBackend:
+class KubeWorkerBackend:
     """Pods and AdaptiveJob objects through one ``KubeStore``."""
 
     def __init__(

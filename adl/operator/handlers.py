@@ -35,7 +35,7 @@ from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import backend as B
 from adl.operator import event_posting
 from adl.operator import pods as P
-from adl.operator.backend import KubeBackend, OperatorConfig, status_patch
+from adl.operator.backend import KubeWorkerBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.disruption import describe, leaving_reason
 from adl.operator.job_causes import cause_digest
@@ -85,7 +85,7 @@ class Runtime:
         events: B.EventSink = B.post_kopf_event,
     ) -> None:
         self.config = config or DEFAULT_CONFIG
-        self.backend = KubeBackend(store, self.config, events)
+        self.backend = KubeWorkerBackend(store, self.config, events)
         policy = policy if policy is not None else self.config.policy_factory()
         self.driver = Driver(self.backend, policy, self.config.timing, on_round=self._on_round)
         self.locks: dict[str, asyncio.Lock] = {}

@@ -226,7 +226,9 @@ class OracleAware(Protocol):
 
 
 @dataclass(frozen=True)
-class JobRecord:
+class JobOutcome:
+    """What became of one simulated job: its times, restarts and the GPU-time it used."""
+
     name: str
     application: str
     submit_s: int
@@ -247,7 +249,7 @@ class JobRecord:
 class SimResult:
     """Outcome of one replay: per-job records, policy latency, and the schedule over time."""
 
-    jobs: list[JobRecord]
+    jobs: list[JobOutcome]
     round_s: list[float] = field(default_factory=list)  # wall seconds of each optimize call
     #: (time, {job: GPUs}) after each round's allocation
     timeline: list[tuple[int, dict[str, int]]] = field(default_factory=list)
@@ -488,7 +490,7 @@ class Simulator:
             if progress is not None:
                 progress(self.now, sum(j.done for j in self.jobs), total)
         result.jobs = [
-            JobRecord(
+            JobOutcome(
                 name=j.name,
                 application=j.app.name,
                 submit_s=j.spec.submit_time,

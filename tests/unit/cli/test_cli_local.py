@@ -201,7 +201,7 @@ def test_local_up_runs_the_policy_it_names_from_the_registry(adl_home: Path) -> 
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--policy", "gavel"], "unknown policy 'gavel'"),
+        (["--policy", "themis"], "unknown policy 'themis'"),
         (["--policy", "sia", "--policy-knob", "fairness=1"], "apply to the adl policy only"),
     ],
 )

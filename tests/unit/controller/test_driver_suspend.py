@@ -10,7 +10,7 @@ from pathlib import Path
 
 from adl.controller.driver import Driver
 from adl.controller.job_record import JobRecord
-from adl.controller.memory import MemoryBackend
+from adl.controller.memory import MemoryWorkerBackend
 from adl.local.daemon import NODE, Daemon, Settings
 from adl.local.worker_backend import round_job
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
@@ -30,7 +30,7 @@ def _running(node: str) -> AdaptiveJobStatus:
 
 def test_the_memory_backend_forgets_a_suspended_jobs_allocation_at_once() -> None:
     job = JobRecord("ns/a", SUSPENDED, _running("n1"), NOW, desired=["n1", "n1"])
-    backend = MemoryBackend([job], [NodeInfo("n1", 2)])
+    backend = MemoryWorkerBackend([job], [NodeInfo("n1", 2)])
     Driver(backend, AdlPolicy()).step_job(job, NOW)
     assert backend.jobs["ns/a"].status.phase == Phase.SUSPENDED
     assert backend.jobs["ns/a"].desired == []

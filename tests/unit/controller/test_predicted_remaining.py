@@ -21,7 +21,7 @@ from three_backends import BACKENDS, DriverOn, driver_on
 from adl.controller.driver import Driver
 from adl.controller.history import CompletedWork, job_kind
 from adl.controller.job_record import JobRecord
-from adl.controller.memory import MemoryBackend
+from adl.controller.memory import MemoryWorkerBackend
 from adl.models import (
     MAX_JOB_KIND,
     AdaptiveJobSpec,
@@ -282,7 +282,7 @@ def test_every_backend_rebuilds_the_history_after_a_restart(
 # --------------------------------------------------------------------------- the policy's choice
 
 
-def _contest(history_s: float, first: str) -> MemoryBackend:
+def _contest(history_s: float, first: str) -> MemoryWorkerBackend:
     """One GPU; two queued jobs of undeclared length, submitted together: ``ns/known``, of a
     kind seen complete after ``history_s`` seconds of work, and ``ns/unknown``, of a kind never
     seen (LAS only). ``first`` is the one a tie would favour (the policy breaks ties by
@@ -293,7 +293,7 @@ def _contest(history_s: float, first: str) -> MemoryBackend:
         JobRecord("ns/unknown", spec("never-seen"), AdaptiveJobStatus(), order["ns/unknown"]),
         JobRecord("ns/known", spec("short"), AdaptiveJobStatus(), order["ns/known"]),
     ]
-    return MemoryBackend(jobs, [NodeInfo("n1", 1)])
+    return MemoryWorkerBackend(jobs, [NodeInfo("n1", 1)])
 
 
 def test_a_job_of_a_kind_known_to_be_short_goes_before_a_las_only_one() -> None:

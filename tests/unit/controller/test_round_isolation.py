@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from adl.controller.driver import Driver
 from adl.controller.job_record import JobRecord
-from adl.controller.memory import MemoryBackend
+from adl.controller.memory import MemoryWorkerBackend
 from adl.controller.rounds import SpeedupCache, plan_round
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
 from adl.sched.policy import AdlPolicy
@@ -129,7 +129,7 @@ def test_a_policy_failure_no_single_job_explains_still_fails_the_round() -> None
 def test_the_driver_warns_once_marks_the_job_and_clears_the_mark() -> None:
     # ns/a (2 replicas) and ns/b (1), both with good hints
     jobs = [JobRecord(k, SCENARIO_SPEC, running(n), SCENARIO_NOW) for k, n in RUNNING.items()]
-    backend = MemoryBackend(jobs, [NodeInfo("n1", 4)])
+    backend = MemoryWorkerBackend(jobs, [NodeInfo("n1", 4)])
     a = backend.jobs["ns/a"]
     backend.jobs["ns/a"] = replace(a, status=a.status.model_copy(update={"hints": hostile_hints()}))
     driver = Driver(backend, AdlPolicy())

@@ -16,7 +16,7 @@ from typing import Any
 
 from adl.controller.driver import Driver
 from adl.controller.job_record import JobRecord
-from adl.controller.memory import MemoryBackend
+from adl.controller.memory import MemoryWorkerBackend
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints
 from adl.sched.types import NodeInfo, Policy
 from tests.event_sink import EventRecorder
@@ -118,7 +118,7 @@ def _timed(driver: Driver, clock: Callable[[], float] | None) -> Driver:
 def _on_memory(
     jobs: Scenario, policy: Policy, gpus: int, clock: Callable[[], float] | None
 ) -> DriverOn:
-    backend = MemoryBackend(
+    backend = MemoryWorkerBackend(
         [JobRecord(k, spec, status, CREATED) for k, (spec, status) in jobs.items()],
         [NodeInfo("n1", gpus)],
     )

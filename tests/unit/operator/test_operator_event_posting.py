@@ -55,7 +55,7 @@ async def _capture_here() -> event_posting.Poster | None:
 
 
 async def test_the_backends_default_sink_posts_through_kopf() -> None:
-    """Tests hand ``Runtime``/``KubeBackend`` a recording sink; the operator's own (the
+    """Tests hand ``Runtime``/``KubeWorkerBackend`` a recording sink; the operator's own (the
     default) puts the Event on kopf's posting queue, its message cut to what an Event holds."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
     posting.settings_var.set(kopf.OperatorSettings())

@@ -135,13 +135,13 @@ def test_the_round_confines_an_admitted_job_to_its_flavors_nodes() -> None:
     """The backend's round: a job admitted on flavor-b may run only on b1 (its label, and its
     taint tolerated through the flavor); a job in no queue may not use b1 (its taint is not
     tolerated) but b1 is still in the round's pool; ResourceFlavors are listed once."""
-    from adl.operator.backend import KubeBackend, OperatorConfig
+    from adl.operator.backend import KubeWorkerBackend, OperatorConfig
 
     store = Store(
         [job_body("queued", "team-b"), job_body("free", None)],
         [owned(admitted({"nvidia.com/gpu": "flavor-b"}), "uid-queued")],
     )
-    backend = KubeBackend(store, OperatorConfig(kueue=True))  # type: ignore[arg-type]
+    backend = KubeWorkerBackend(store, OperatorConfig(kueue=True))  # type: ignore[arg-type]
     confined = {r.key: r.nodes for r in backend.round_jobs()}
     assert confined == {"ns/queued": frozenset({"b1"}), "ns/free": frozenset({"a1"})}
     assert [n.name for n in backend.round_nodes()] == ["a1", "b1"]
@@ -154,14 +154,14 @@ def test_the_round_confines_an_admitted_job_to_its_flavors_nodes() -> None:
 
 
 def test_an_admission_whose_flavors_give_no_pool_gets_no_node_and_says_so_once() -> None:
-    from adl.operator.backend import KubeBackend, OperatorConfig
+    from adl.operator.backend import KubeWorkerBackend, OperatorConfig
 
     events = EventRecorder()
     store = Store(
         [job_body("queued", "team-b")],
         [owned(admitted({"nvidia.com/gpu": "flavor-b", "cpu": "flavor-a"}), "uid-queued")],
     )
-    backend = KubeBackend(store, OperatorConfig(kueue=True), events)  # type: ignore[arg-type]
+    backend = KubeWorkerBackend(store, OperatorConfig(kueue=True), events)  # type: ignore[arg-type]
     for _ in range(2):
         assert [r.nodes for r in backend.round_jobs()] == [frozenset()]
     assert [(e.reason, e.message) for e in events.said] == [

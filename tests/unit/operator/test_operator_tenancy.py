@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from adl.models import AdaptiveJobSpec
-from adl.operator.backend import KubeBackend, OperatorConfig
+from adl.operator.backend import KubeWorkerBackend, OperatorConfig
 from adl.operator.main import parse_args
 from adl.operator.tenancy import Ceilings, NamespacePolicy, enforce, parse_namespace_policy
 from tests.event_sink import EventRecorder
@@ -114,7 +114,7 @@ def test_the_round_sees_capped_specs_and_each_cap_is_said_once() -> None:
         body("team-b", "other", priority=999, preemptible=False),  # no entry: no ceiling
     ]
     config = OperatorConfig(ceilings=ceilings)
-    backend = KubeBackend(Store(bodies), config, recorder)  # type: ignore[arg-type]
+    backend = KubeWorkerBackend(Store(bodies), config, recorder)  # type: ignore[arg-type]
     events = recorder.said
     jobs = {r.key: r.spec for r in backend.round_jobs()}
     assert (jobs["team-a/greedy"].priority, jobs["team-a/greedy"].preemptible) == (10, True)
@@ -144,7 +144,7 @@ def test_a_capped_job_does_not_take_gpus_from_a_higher_tier() -> None:
         body("team-b", "tier20", priority=20, maxReplicas=1),
     ]
     config = OperatorConfig(ceilings=ceilings)
-    backend = KubeBackend(Store(bodies), config, EventRecorder())  # type: ignore[arg-type]
+    backend = KubeWorkerBackend(Store(bodies), config, EventRecorder())  # type: ignore[arg-type]
     now = datetime(2026, 1, 1, 1, tzinfo=UTC)
     infos = [job_info(r, now, i) for i, r in enumerate(backend.round_jobs())]
     alloc = AdlPolicy().optimize(infos, [NodeInfo("n1", 1)], {})

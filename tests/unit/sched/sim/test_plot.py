@@ -10,14 +10,14 @@ import pytest
 from matplotlib.lines import Line2D
 
 from adl.sched.sim.plot import check_plot_path, jct_cdf, jct_cdf_figure, plot_jct_cdf
-from adl.sched.sim.simulator import JobRecord, SimResult
+from adl.sched.sim.simulator import JobOutcome, SimResult
 
 
 def replay(jcts: list[int | None]) -> SimResult:
     """A replay whose jobs (submitted at 100 s) took these JCTs; None: never finished."""
     return SimResult(
         jobs=[
-            JobRecord(f"job-{i}", "cifar10", 100, None if jct is None else 100 + jct, 0, 0.0)
+            JobOutcome(f"job-{i}", "cifar10", 100, None if jct is None else 100 + jct, 0, 0.0)
             for i, jct in enumerate(jcts)
         ]
     )
