@@ -130,7 +130,6 @@ class ShardedCheckpointState:
         self._ctx = ctx  # the job's JobContext: where to save, and its background parts
         self.name = adp.name
         self._saved: dict[str, Any] | None = None  # the DCP reference of the save under way
-        self._directory: Path | None = None  # the checkpoint directory of that save
         self._background_group: Any | None = None  # DCP's own gloo group, made at first use
 
     # ------------------------------------------------------------------ save (every rank)
@@ -195,12 +194,13 @@ class ShardedCheckpointState:
         names = [f"{time.time_ns():020d}-s{self._adp.progress.steps:09d}" if rank0 else None]
         if self._adp.world_size > 1:
             dist.broadcast_object_list(names, src=0, group=getattr(ctx, "cpu_group", None))
-        self._directory = directory
         return directory / DCP_ROOT / str(names[0])
 
-    def _relative(self, target: Path) -> str:
-        assert self._directory is not None
-        return str(target.relative_to(self._directory))
+    @staticmethod
+    def _relative(target: Path) -> str:
+        """``target`` as the checkpoint file records it: ``adl-dcp/<name>``, relative to the
+        checkpoint directory (``_new_directory`` makes it two levels below)."""
+        return str(target.relative_to(target.parents[1]))
 
     def _dcp_state(self) -> dict[str, Any]:
         with self._adp.passthrough():  # may initialize the optimizer's state with a step
