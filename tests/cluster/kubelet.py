@@ -97,7 +97,11 @@ class ProcessKubelet:
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        #: every node whose pods this kubelet runs: the static ones and those adopted since
         self.node_names = {n.name for n in nodes}
+        #: the nodes this kubelet was started with, in the order given (never an adopted one,
+        #: so a test that means "the static node" cannot pick a node Karpenter launched)
+        self.static_names: tuple[str, ...] = tuple(n.name for n in nodes)
         self.state = state_dir
         self.logs_dir = state_dir / "logs"
         self.python = python

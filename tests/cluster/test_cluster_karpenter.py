@@ -141,7 +141,7 @@ def test_karpenter_provisions_a_spot_gpu_node_the_kubelet_runs_the_pod_and_conso
     core = client.CoreV1Api(admin_api)
     custom = client.CustomObjectsApi(admin_api)
     pool = f"gpu-{namespace}"[:63]
-    static = next(iter(kubelet.node_names))
+    (static,) = kubelet.static_names
     stages: dict[str, float] = {}
     consolidated_s: float | None = None
     custom.create_cluster_custom_object(

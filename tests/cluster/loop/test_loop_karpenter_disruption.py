@@ -132,7 +132,7 @@ def test_a_spot_node_karpenter_disrupts_moves_the_job_off_it_within_the_notice(
     )
     try:
         spot = _spot_node(jobs, karpenter, pool)
-        static = next(iter(kubelet.node_names))
+        (static,) = kubelet.static_names
         adl_operator(installed_chart, extra_args=(QUIET_ROUNDS,)).wait_ready()
         adl_cli("submit", "spot", "-f", str(held_manifest(tmp_path, "spot")), "-n", namespace)
 
