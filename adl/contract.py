@@ -145,6 +145,9 @@ PLURAL = "adaptivejobs"
 LABEL_JOB = f"{API_GROUP}/job"
 LABEL_GROUP = f"{API_GROUP}/group"
 LABEL_NODE_INDEX = f"{API_GROUP}/node-index"
+#: On a placeholder pod (``adl.operator.capacity_pods``): the job whose growth it asks an
+#: autoscaler for. Such pods are no job's workers and use no GPU adl could hand out.
+LABEL_CAPACITY_FOR = f"{API_GROUP}/capacity-for"
 #: A node label (``"true"``): the node may be taken away (spot / preemptible capacity).
 LABEL_PREEMPTIBLE = f"{API_GROUP}/preemptible"
 #: The labels (and values) by which autoscalers and clouds mark spot capacity, besides adl's own.

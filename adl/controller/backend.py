@@ -11,12 +11,13 @@ in the driver. Methods are synchronous: the operator runs the driver in a worker
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
 from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers
 from adl.models import AdaptiveJobStatus, Condition
+from adl.sched.capacity import CapacityAsk, CapacityRule
 from adl.sched.types import NodeInfo
 
 
@@ -64,4 +65,20 @@ class WorkerBackend(Protocol):
     def record_conditions(self, conditions: Mapping[str, list[Condition]]) -> None:
         """Persist the whole condition list of each job given (the round marks a job it had to
         leave out ``Schedulable=False`` and clears the mark once it takes part again)."""
+        ...
+
+
+@runtime_checkable
+class AsksForCapacity(Protocol):
+    """Opt-in capability (Kueue jobframework style): the backend can make more GPUs appear,
+    the operator through an autoscaler's pending pods. After each round the driver hands it
+    what the jobs would put to good use beyond the cluster (``adl.sched.capacity``)."""
+
+    def capacity_rule(self) -> CapacityRule | None:
+        """When and how much to ask for; None: asking is off (the default)."""
+        ...
+
+    def ask_capacity(self, asks: Sequence[CapacityAsk]) -> None:
+        """Make exactly ``asks`` visible (fewer than before: withdraw the rest). Must not
+        raise: a failed ask is logged and retried by the next round."""
         ...

@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
-from adl.controller.backend import WorkerBackend
+from adl.controller.backend import AsksForCapacity, WorkerBackend
 from adl.controller.history import CompletedWork
 from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import Timing, set_condition, step, teardown
@@ -34,6 +34,7 @@ from adl.controller.rounds import (
     timed_plan_round,
 )
 from adl.models import Condition, Phase
+from adl.sched.capacity import capacity_asks
 from adl.sched.decisions import REASON
 from adl.sched.types import Policy
 
@@ -134,6 +135,12 @@ class Driver:
             self.on_round(result)
         if result.changed:
             self.backend.set_desired(result.changed)
+        if isinstance(self.backend, AsksForCapacity):
+            rule = self.backend.capacity_rule()
+            if rule is not None:
+                self.backend.ask_capacity(
+                    capacity_asks(result.infos, result.allocation, nodes, rule)
+                )
         marks = self._mark_faults(jobs, result)
         marks.update(self._mark_holds(jobs, result, marks))
         if marks:

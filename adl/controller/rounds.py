@@ -53,6 +53,8 @@ class RoundResult:
     #: jobs kept at their size, below their maximum, with GPUs free that could grow them ->
     #: why the policy did not (policies with :class:`ExplainsHolds` only)
     holds: dict[str, Hold] = field(default_factory=dict)
+    #: what the policy was told about each job it scheduled (capacity asks read their models)
+    infos: tuple[JobInfo, ...] = ()
 
 
 #: The hints fields a speedup function depends on (progress and the like do not change it).
@@ -340,7 +342,13 @@ def plan_round(
     )
     holds = _holds(policy, infos, free_nodes, moving_prev, raw, unit)
     return RoundResult(
-        allocation, changed, len(infos), decisions=decisions, faults=faults, holds=holds
+        allocation,
+        changed,
+        len(infos),
+        decisions=decisions,
+        faults=faults,
+        holds=holds,
+        infos=tuple(infos),
     )
 
 

@@ -31,6 +31,8 @@ from adl.controller.lifecycle import ObservedWorkers, Timing
 from adl.controller.liveness import ProgressBook
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
+from adl.operator.capacity_pods import PlaceholderSettings
+from adl.operator.capacity_sync import CapacityAsker
 from adl.operator.disruption import leaving_reason
 from adl.operator.kueue import Admission, FlavorError, flavor_pool, queue_of
 from adl.operator.kueue_sync import admissions, flavors_by_name
@@ -47,6 +49,7 @@ from adl.operator.store import KubeStore
 from adl.operator.taints import pod_tolerations
 from adl.operator.tenancy import Ceilings, enforce
 from adl.sched import registry
+from adl.sched.capacity import CapacityAsk, CapacityRule
 from adl.sched.types import NodeInfo, Policy
 
 log = logging.getLogger("adl.operator")
@@ -83,6 +86,10 @@ class OperatorConfig:
     progress: ProgressBook = field(default_factory=ProgressBook)
     #: jobs in a Kueue queue run as far as Kueue admits them (off: the label is not read)
     kueue: bool = False
+    #: ask an autoscaler for the GPUs the jobs would put to good use (None: off)
+    capacity: CapacityRule | None = None
+    #: how placeholder pods name the capacity type (spot / on-demand) and what they run
+    placeholders: PlaceholderSettings | None = None
 
 
 class Refused(Exception):
@@ -254,6 +261,13 @@ class KubeWorkerBackend:
         #: the Node objects and the jobs' tolerations of the round ``round_jobs`` read, for
         #: ``round_nodes`` (one LIST of nodes a round)
         self._round_nodes: list[dict[str, Any]] | None = None
+        #: the round's pod listing (one LIST a round), where the capacity step finds its pods
+        self._round_pods: list[dict[str, Any]] = []
+        self.capacity = CapacityAsker(
+            store,
+            config.placeholders or PlaceholderSettings(config.gpu_resource),
+            lambda body, kind, reason, message: self.events(body, kind, reason, message),
+        )
         self._round_tolerations: list[list[Any]] | None = None
 
     # ---- one job's step
@@ -527,14 +541,22 @@ class KubeWorkerBackend:
             self._round_nodes = self.store.list_nodes()
             self._confined(job_records(list(self._listed.values())), {}, self._round_nodes)
             return self.round_nodes()
+        self._round_pods = self.store.list_all_pods()
         return nodes_from_objects(
             nodes,
-            self.store.list_all_pods(),
+            self._round_pods,
             resource=self.config.gpu_resource,
             selector=self.config.node_selector,
             tolerations=tolerations or [],
             gpu_type_label=self.config.gpu_type_label,
         )
+
+    # ---- asking for capacity (``adl.controller.backend.AsksForCapacity``)
+    def capacity_rule(self) -> CapacityRule | None:
+        return self.config.capacity
+
+    def ask_capacity(self, asks: Sequence[CapacityAsk]) -> None:
+        self.capacity.apply(asks, self._listed, self._round_pods)
 
     def set_desired(self, changed: Mapping[str, list[str]]) -> None:
         for key, alloc in changed.items():

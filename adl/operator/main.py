@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adl.contract import LABEL_GPU_PRODUCT
+from adl.operator.capacity_pods import CAPACITY_TYPE_LABEL, PLACEHOLDER_IMAGE
+from adl.sched.capacity import CapacityRule
 
 if TYPE_CHECKING:
     from adl.operator.tenancy import Ceilings
@@ -62,6 +64,11 @@ class Options:
     node_lost_after: float = 60.0
     #: run jobs labelled with a Kueue queue through Kueue (``adl.operator.kueue``)
     kueue: bool = False
+    #: ask an autoscaler for GPUs through placeholder pods (``adl.sched.capacity``); None: off
+    capacity: CapacityRule | None = None
+    #: the node label whose values ``spot`` / ``on-demand`` name a node's capacity type
+    capacity_type_label: str = CAPACITY_TYPE_LABEL
+    placeholder_image: str = PLACEHOLDER_IMAGE
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -104,6 +111,43 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "force-deleted and their jobs start again on the remaining nodes from the last "
         "checkpoint (default: %(default)s)",
     )
+    p.add_argument(
+        "--ask-capacity",
+        action="store_true",
+        help="ask an autoscaler (Karpenter, cluster-autoscaler) for the GPUs the jobs would put "
+        "to good use, through pending placeholder pods (docs/autoscalers.md)",
+    )
+    p.add_argument(
+        "--capacity-min-gain",
+        type=float,
+        default=CapacityRule.min_marginal_speedup,
+        metavar="SHARE",
+        help="a GPU is asked for only if it adds at least this share of one GPU's throughput "
+        "to its job, in (0, 1] (default: %(default)s)",
+    )
+    p.add_argument(
+        "--capacity-max-gpus",
+        type=int,
+        default=0,
+        metavar="N",
+        help="never ask for GPUs beyond a cluster of N GPUs (0: no cap; default: %(default)s)",
+    )
+    p.add_argument(
+        "--capacity-node-gpus",
+        type=int,
+        default=CapacityRule.node_gpus,
+        metavar="N",
+        help="GPUs of a node the autoscaler adds, for the jobs' speedup across nodes "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--capacity-type-label",
+        default=CAPACITY_TYPE_LABEL,
+        metavar="KEY",
+        help="node label whose values spot/on-demand name the capacity type a placeholder asks "
+        "for (default: Karpenter's %(default)s)",
+    )
+    p.add_argument("--placeholder-image", default=PLACEHOLDER_IMAGE, metavar="IMAGE")
     scope = p.add_mutually_exclusive_group(required=True)
     scope.add_argument("--namespace", action="append", dest="namespaces", default=None)
     scope.add_argument("--all-namespaces", "-A", action="store_true")
@@ -169,6 +213,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         )
     if a.node_lost_after <= 0:
         p.error("--node-lost-after must be positive")
+    if not re.fullmatch(LABEL_KEY_PATTERN, a.capacity_type_label):
+        p.error(f"--capacity-type-label must be a label key, got {a.capacity_type_label!r}")
+    capacity = None
+    try:
+        rule = CapacityRule(a.capacity_min_gain, a.capacity_max_gpus, a.capacity_node_gpus)
+    except ValueError as err:
+        p.error(f"--capacity-*: {err}")
+    if a.ask_capacity:
+        capacity = rule
     from adl.sched.policy_knobs import parse_knobs
 
     try:
@@ -194,6 +247,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         ceilings=Ceilings(default, per_namespace),
         node_lost_after=a.node_lost_after,
         kueue=a.kueue,
+        capacity=capacity,
+        capacity_type_label=a.capacity_type_label,
+        placeholder_image=a.placeholder_image,
     )
 
 
@@ -234,6 +290,7 @@ async def run(opts: Options) -> None:
 
     from adl.controller.lifecycle import Timing
     from adl.operator.backend import OperatorConfig
+    from adl.operator.capacity_pods import PlaceholderSettings
     from adl.operator.tenancy import Ceilings
 
     api = _api_server()
@@ -250,6 +307,10 @@ async def run(opts: Options) -> None:
         ceilings=opts.ceilings or Ceilings(),
         timing=Timing(node_lost_s=opts.node_lost_after),
         kueue=opts.kueue,
+        capacity=opts.capacity,
+        placeholders=PlaceholderSettings(
+            opts.gpu_resource, opts.capacity_type_label, opts.placeholder_image
+        ),
     )
     import adl.operator.handlers  # noqa: F401  (registers the handlers with kopf)
 

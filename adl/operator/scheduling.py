@@ -10,7 +10,13 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from adl.contract import LABEL_GPU_PRODUCT, SPOT_NODE_LABELS, JobKey, normalize_gpu_type
+from adl.contract import (
+    LABEL_CAPACITY_FOR,
+    LABEL_GPU_PRODUCT,
+    SPOT_NODE_LABELS,
+    JobKey,
+    normalize_gpu_type,
+)
 from adl.controller.job_record import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
 from adl.operator.disruption import leaving_reason
@@ -40,13 +46,20 @@ def _ready(node: Mapping[str, Any]) -> bool:
 def gpus_used_by_others(
     pods: Sequence[Mapping[str, Any]], resource: str = GPU_RESOURCE
 ) -> dict[str, int]:
-    """GPUs requested per node by live pods that adl does not manage."""
+    """GPUs requested per node by live pods that adl does not manage. A bound placeholder
+    (``adl.operator.capacity_pods``) counts as none: it asked for its node on adl's behalf and
+    is deleted in the round that sees it bound, so the round may already use its GPUs."""
     used: dict[str, int] = {}
     for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         phase = (pod.get("status") or {}).get("phase")
         node = (pod.get("spec") or {}).get("nodeName")
-        if LABEL_JOB in labels or not node or phase in ("Succeeded", "Failed"):
+        if (
+            LABEL_JOB in labels
+            or LABEL_CAPACITY_FOR in labels
+            or not node
+            or phase in ("Succeeded", "Failed")
+        ):
             continue
         for c in (pod.get("spec") or {}).get("containers") or []:
             res = c.get("resources") or {}
