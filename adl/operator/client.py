@@ -27,6 +27,10 @@ from adl.operator.store import MERGE, api_client
 from adl.operator.timestamps import parse_time
 
 _IMAGE = re.compile(r"^[a-z0-9]+([._/:@-][A-Za-z0-9_.-]+)*$")
+#: (group, version, plural) of Karpenter's NodePools, and (name, namespace) of the ConfigMap
+#: cluster-autoscaler keeps its status in: either says nodes are added on demand
+KARPENTER_NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
+CLUSTER_AUTOSCALER_STATUS = ("cluster-autoscaler-status", "kube-system")
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -136,6 +140,21 @@ class KubernetesBackend:
         except urllib3.exceptions.HTTPError as exc:  # no server at all: say so, skip nothing
             raise _unreachable(self.api, exc) from None
 
+    def _autoscaled(self) -> bool:
+        """Whether an autoscaler we can see adds nodes on demand (a Karpenter NodePool, or
+        cluster-autoscaler's status ConfigMap): then the nodes there now say nothing about the
+        nodes the job will get (a cluster scaled to zero has none), and the node checks are
+        skipped. What cannot be read counts as no autoscaler."""
+        pools = self._optional(
+            lambda: self.custom.list_cluster_custom_object(*KARPENTER_NODEPOOLS)["items"]
+        )
+        if pools:
+            return True
+        status = self._optional(
+            lambda: self.core.read_namespaced_config_map(*CLUSTER_AUTOSCALER_STATUS)
+        )
+        return status is not None
+
     # ------------------------------------------------------------------ Backend
     def submit(
         self, name: str, namespace: str, spec: AdaptiveJobSpec, *, queue: str | None = None
@@ -151,7 +170,7 @@ class KubernetesBackend:
             claims = None if found is None else [c.metadata.name for c in found if c.metadata]
         nodes = self._optional(lambda: self.core.list_node().items)
         gpus = None
-        if nodes is not None:
+        if nodes is not None and not self._autoscaled():
             gpus = [
                 quantity((n.status.allocatable or {}).get(self.gpu_resource))
                 for n in nodes

@@ -53,6 +53,13 @@ async def test_submit_list_get_delete(k8s: Any) -> None:
     with pytest.raises(BackendError, match="largest node has 4"):
         await asyncio.to_thread(backend.submit, "big", "default", too_big)
     assert "big" not in objects(k8s, "adaptivejobs")  # nothing was created
+    # an autoscaler adds nodes on demand (cluster-autoscaler's status is there): the nodes of
+    # now say nothing of the job's, and the node checks are skipped
+    status_map = {"metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"}}
+    await asyncio.to_thread(core.create_namespaced_config_map, "kube-system", status_map)
+    await asyncio.to_thread(backend.submit, "big", "default", too_big)
+    assert "big" in objects(k8s, "adaptivejobs")
+    await asyncio.to_thread(backend.delete, "big", "default")
 
     status = {
         "status": {
