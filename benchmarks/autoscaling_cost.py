@@ -95,8 +95,16 @@ def figures(result: SimResult, run: Run) -> dict[str, Any]:
         if result.cluster_timeline
         else float(run.nodes)
     )
+    first_gpus: dict[str, int] = {}
+    for t, held in result.timeline:
+        for name, gpus in held.items():
+            if gpus:
+                first_gpus.setdefault(name, t)
+    waits = [first_gpus[j.name] - j.submit_s for j in result.jobs if j.name in first_gpus]
     return {
         "avg_jct_s": s["avg_jct_s"],
+        # how long a job waits for its first GPU: on an elastic cluster, often for a node
+        "wait_to_start_s": float(np.mean(waits)) if waits else 0.0,
         "p99_jct_s": s["p99_jct_s"],
         "makespan_s": s["makespan_s"],
         "restarts_per_job": s["restarts_per_job"],
@@ -140,6 +148,7 @@ COLUMNS = (
     ("p99 JCT (h)", "p99_jct_s", 1 / 3600, ".2f"),
     ("cost ($)", "cost_usd", 1.0, ",.0f"),
     ("restarts/job", "restarts_per_job", 1.0, ".2f"),
+    ("wait to start (s)", "wait_to_start_s", 1.0, ".0f"),
     ("job GPU-h", "job_gpu_hours", 1.0, ",.0f"),
     ("billed GPU-h", "billed_gpu_hours", 1.0, ",.0f"),
     ("nodes launched", "nodes_launched", 1.0, ".0f"),
