@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from adl.sched.decisions import Decision, explain
+from adl.sched.sim.cost import ClusterBill
+from adl.sched.sim.elastic import ElasticCluster, ElasticConfig
 from adl.sched.sim.job import (
     FIXED_ADAPTIVE_BATCH,
     RESTART_DELAY_S,
@@ -85,6 +87,9 @@ class SimConfig:
     #: start (Sia's bootstrapping; its few steps are not charged), so its per-type speeds are
     #: known from its arrival; off: a job knows a type only once it has run there
     profile_types: bool = True
+    #: issue 31: an elastic cluster whose nodes an autoscaler adds and that cost money
+    #: (:mod:`adl.sched.sim.elastic`), replacing ``num_nodes`` fixed ones; None: fixed
+    elastic: ElasticConfig | None = None
 
     def __post_init__(self) -> None:
         if self.round_s < 1 or self.event_tick_s < 1:
@@ -256,6 +261,10 @@ class SimResult:
     total_gpus: int = 0
     #: (time, decision) for every allocation change, with ``SimConfig.explain``
     decisions: list[tuple[int, Decision]] = field(default_factory=list)
+    #: with ``SimConfig.elastic``: what the nodes cost, and the cluster's size after each
+    #: round as (time, ready nodes, nodes on their way)
+    bill: ClusterBill | None = None
+    cluster_timeline: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 ProgressFn = Callable[[int, int, int], None]  # (sim time, finished jobs, total jobs)
@@ -302,6 +311,11 @@ class Simulator:
             for job in self.jobs:
                 job.profile_types({t: c.speed_of(job.app.name, t) for t, _ in c.node_types})
         self.nodes = c.build_nodes()
+        # issue 31 hook: an elastic cluster starts empty; its nodes change before each round
+        self.elastic = ElasticCluster(c.elastic) if c.elastic is not None else None
+        self._moved: set[str] = set()  # jobs that lost a node since the last round
+        if self.elastic is not None:
+            self.nodes = self.elastic.offered()
         self._capacity = {n.name: n.gpus for n in self.nodes}
         self._node_type = {n.name: n.gpu_type for n in self.nodes}
         self.type_history = TypeSpeedHistory()
@@ -334,9 +348,12 @@ class Simulator:
 
     def _schedule(self) -> float | None:
         """Ask the policy for an allocation now and apply it (None if nothing is active)."""
+        if self.elastic is not None:
+            self._elastic_begin_round()
         active = self.active()
         if not active:
             self.allocation = {}
+            self._moved.clear()
             return None
         hide = self.config.hide_remaining
         infos = [j.job_info(self.now, hide_remaining=hide) for j in active]
@@ -354,12 +371,31 @@ class Simulator:
         if self.config.explain:
             self._explain(infos, previous, new)
         for job in active:
-            if not same_allocation(new.get(job.name), self.allocation.get(job.name)):
+            moved = job.name in self._moved  # lost a node: restarts even on the same others
+            if moved or not same_allocation(new.get(job.name), self.allocation.get(job.name)):
                 held = new.get(job.name, [])
                 gpu_type, speed = self._pacing(job, held)
                 job.reallocate(placement_of(held), self.now, gpu_type, speed)
+        self._moved.clear()
         self.allocation = new
+        if self.elastic is not None:
+            self.elastic.after_round(self.now, infos, new)
         return elapsed
+
+    def _elastic_begin_round(self) -> None:
+        """Issue 31 hook: bring the elastic cluster to now (nodes joined, interrupted,
+        consolidated). A job's replicas on a node that left are gone: it checkpointed within
+        the notice, and restarts at this round wherever the policy puts it."""
+        assert self.elastic is not None
+        gone = self.elastic.begin_round(self.now, self.allocation)
+        self.nodes = self.elastic.offered()
+        self._capacity = {n.name: n.gpus for n in self.nodes}
+        self._node_type = {n.name: n.gpu_type for n in self.nodes}
+        for name, held in list(self.allocation.items()):
+            kept = [n for n in held if n not in gone]
+            if len(kept) < len(held):
+                self._moved.add(name)
+                self.allocation[name] = kept
 
     def _pacing(self, job: SimJob, held: Sequence[str]) -> tuple[str, float]:
         """The GPU type that paces ``job`` on the nodes ``held`` (the slowest of them for the
@@ -503,6 +539,10 @@ class Simulator:
             for j in self.jobs
         ]
         result.decisions = self.decisions
+        if self.elastic is not None:
+            end = max((j.completion_time or 0 for j in self.jobs), default=self.now)
+            result.bill = self.elastic.bill(end)
+            result.cluster_timeline = list(self.elastic.timeline)
         return result
 
 
