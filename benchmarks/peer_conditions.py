@@ -11,10 +11,13 @@ within an hour; then restarts per job of each application with the ratio to Sia'
 5 times in an hour, mean at most 0.90x Sia's with p99 and makespan no worse).
 
 adl variants are named ``NAME:knob=value+knob=value`` (``--adl base,t:min_tenure_s=720``;
-``base`` is the defaults); each is replayed like a policy of its own.
+``base`` is the defaults); each is replayed like a policy of its own. ``--reuse PATH`` takes
+the rows of the peers (not adl's) from an earlier ``--json`` of the same workloads instead of
+replaying them again (the peers do not change with adl's knobs).
 
     .venv/bin/python benchmarks/peer_conditions.py [--policies sia,pollux] [--adl base,...]
         [--workloads 1,2,3,4] [--generated K] [--modes today,peer] [--jobs N] [--json PATH]
+        [--reuse PATH]
 """
 
 from __future__ import annotations
@@ -107,6 +110,18 @@ def _one(item: tuple[str, str, Task]) -> dict[str, Any]:
     row = run_task(task)
     row.update(mode=mode, policy=label)
     return row
+
+
+def reused_rows(path: Path, tasks: list[tuple[str, str, Task]]) -> dict[tuple[str, str, str], Any]:
+    """The peers' rows of an earlier run, keyed (mode, policy, workload), for those tasks of
+    this run that it holds (adl's rows are always replayed: they are what is being judged)."""
+    try:
+        doc = json.loads(path.read_text())
+        old = [r for m in doc["modes"].values() for r in m["results"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"error: --reuse {path}: not a peer_conditions.py JSON ({err})") from None
+    wanted = {(m, label, t.workload) for m, label, t in tasks if t.policy != "adl"}
+    return {key: r for r in old if (key := (r["mode"], r["policy"], r["workload"])) in wanted}
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -210,15 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=0, help="policy seed")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--reuse", type=Path, default=None, help="the peers' rows from this JSON")
     args = ap.parse_args(argv)
 
     tasks = build_tasks(args)
+    reused = reused_rows(args.reuse, tasks) if args.reuse else {}
+    tasks = [t for t in tasks if (t[0], t[1], t[2].workload) not in reused]
     t0 = time.perf_counter()
+    rows = list(reused.values())
     if args.jobs > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            rows = list(pool.map(_one, tasks))
+            rows += list(pool.map(_one, tasks))
     else:
-        rows = []
         for item in tasks:
             rows.append(_one(item))
             r = rows[-1]
@@ -230,8 +248,11 @@ def main(argv: list[str] | None = None) -> int:
             )
     total = time.perf_counter() - t0
     doc: dict[str, Any] = {"hide_remaining": args.hide_remaining, "seed": args.seed, "modes": {}}
-    for mode in dict.fromkeys(m for m, _, _ in tasks):
+    for mode in dict.fromkeys(r["mode"] for r in rows):
         mine = [r for r in rows if r["mode"] == mode]
+        order = list(dict.fromkeys(r["policy"] for r in mine if r["policy"].startswith("adl")))
+        order += [p for p in dict.fromkeys(r["policy"] for r in mine) if p not in order]
+        mine.sort(key=lambda r: order.index(r["policy"]))
         view = means(mine)
         print(render(mode, mine, view) + "\n")
         doc["modes"][mode] = {
@@ -239,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
             "means": view,
             "goals": {p: goals(m, view["sia"]) for p, m in view.items() if p.startswith("adl")},
         }
-    print(f"{len(rows)} replays in {total:.1f} s wall ({args.jobs} process(es))")
+    print(
+        f"{len(tasks)} replays in {total:.1f} s wall ({args.jobs} process(es)), "
+        f"{len(reused)} rows reused from {args.reuse}"
+    )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
