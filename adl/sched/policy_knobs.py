@@ -103,7 +103,7 @@ class Knobs:
     #: reaches the bound keeps its GPUs (it may still grow) until the oldest of them is an hour
     #: old, so a job that keeps being preempted and resumed waits for one long tenure instead
     #: of flapping; other resumes stay preemptible by shorter jobs (issue 34)
-    resumes_per_hour: float = 0.0
+    resumes_per_hour: float = 0.0  # a whole number: a fraction is rounded down
 
     def __post_init__(self) -> None:
         for f in fields(self):
