@@ -117,6 +117,10 @@ class _Job:
         return max(self.info.gpus_per_replica, 1)
 
 
+#: the window of ``resumes_per_hour``
+_HOUR_S = 3600.0
+
+
 def _key(placement: Placement) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(placement.items()))
 
@@ -148,6 +152,10 @@ class AdlPolicy:
         # job -> (its nodes, sorted; its age when this policy gave it them, None: unknown):
         # how long each job has held its allocation, for the minimum tenure
         self._since: dict[str, tuple[tuple[str, ...], float | None]] = {}
+        # job -> its ages at its resumes within the last hour, and the age until which a job
+        # that reached ``resumes_per_hour`` keeps its GPUs
+        self._resumes: dict[str, list[float]] = {}
+        self._hold_until: dict[str, float] = {}
 
     def ranks_by_predicted_remaining(self) -> bool:
         """:class:`RanksByPredictedRemaining`: whether the knobs let the prediction count."""
@@ -433,6 +441,8 @@ class AdlPolicy:
                 continue
             held = self._held_s(job.info, previous.get(job.info.name) or [])
             job.protected = held is not None and held < k.min_tenure_s
+            if job.info.age_s < self._hold_until.get(job.info.name, -math.inf):
+                job.protected = True  # its resume budget for the hour is spent
             if k.victim_charge > 0:
                 now = job.table.get(len(job.prev), job.prev_replicas, job.cap)
                 now *= _speed(job, job.prev)
@@ -444,10 +454,17 @@ class AdlPolicy:
     ) -> None:
         """Record since when each job holds its answer (the clock is the jobs' own age)."""
         since: dict[str, tuple[tuple[str, ...], float | None]] = {}
+        resumes: dict[str, list[float]] = {}
+        hold_until: dict[str, float] = {}
         for info in jobs:
+            recent = [a for a in self._resumes.get(info.name, ()) if info.age_s - a < _HOUR_S]
+            if recent:
+                resumes[info.name] = recent
             nodes = tuple(sorted(answer.get(info.name) or []))
             if not nodes:
                 continue
+            if info.name in self._hold_until:
+                hold_until[info.name] = self._hold_until[info.name]
             before = previous.get(info.name) or []
             if nodes != tuple(sorted(before)):
                 # only a resume (GPUs again after a preemption) starts a protected tenure,
@@ -455,10 +472,18 @@ class AdlPolicy:
                 resumed = not before and (info.restarts > 0 or info.attained_service_s > 0)
                 protect = resumed or self.knobs.tenure_all
                 since[info.name] = (nodes, info.age_s if protect else None)
+                if resumed:
+                    resumes[info.name] = recent = [*recent, info.age_s]
+                    budget = int(self.knobs.resumes_per_hour)
+                    if budget and len(recent) >= budget:
+                        # the budget is spent: held until the oldest resume that counts
+                        # is an hour old, so no hour ever holds more than ``budget``
+                        hold_until[info.name] = recent[-budget] + _HOUR_S
             else:
                 rec = self._since.get(info.name)
                 since[info.name] = rec if rec is not None and rec[0] == nodes else (nodes, None)
         self._since = since
+        self._resumes, self._hold_until = resumes, hold_until
 
     def _efficiency_cap(self, job: _Job, node_gpus: int) -> None:
         """Soft cap at the job's efficient count (:mod:`adl.sched.policy_efficiency`)."""

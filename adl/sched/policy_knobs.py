@@ -99,6 +99,11 @@ class Knobs:
     #: cross-node sync) may grow to its fitted model's optimum in one step, valued without
     #: the optimistic prior, instead of ``ramp_factor`` x what it measured (0 = off)
     confident_nodes: float = 0.0
+    #: at most this many resumes of a job within any hour (0 = no bound): the resume that
+    #: reaches the bound keeps its GPUs (it may still grow) until the oldest of them is an hour
+    #: old, so a job that keeps being preempted and resumed waits for one long tenure instead
+    #: of flapping; other resumes stay preemptible by shorter jobs (issue 34)
+    resumes_per_hour: float = 0.0  # a whole number: a fraction is rounded down
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -137,6 +142,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "unknown_remaining_s": (1e-3, math.inf, True),
     "restart_horizon_s": (1e-3, math.inf, True),
     "max_restart_penalty": (0.0, 1.0, False),
+    "resumes_per_hour": (0.0, 60.0, True),
 }
 
 

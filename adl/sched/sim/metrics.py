@@ -8,10 +8,15 @@ import numpy as np
 
 from adl.sched.sim.simulator import SimResult
 
+#: issue 34's bound: a job resumed more often than this within an hour flaps
+FLAPPING_RESUMES_PER_HOUR = 5
+
 
 def summarize(result: SimResult) -> dict[str, Any]:
     """avg/p99 JCT, makespan (first submission to last completion), restarts per job, and the
-    policy's per-round latency (p50/p95, milliseconds)."""
+    policy's per-round latency (p50/p95, milliseconds); restarts per job of each application,
+    the most resumes of one job within an hour, and how many jobs were resumed more than
+    :data:`FLAPPING_RESUMES_PER_HOUR` times within an hour (``jobs_flapping``)."""
     done = [j for j in result.jobs if j.jct_s is not None]
     jcts = np.array([j.jct_s for j in done], dtype=np.float64)
     rounds_ms = np.array(result.round_s, dtype=np.float64) * 1e3
@@ -32,6 +37,9 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "restarts_per_job_by_app": restarts_by_app(result),
         "max_resumes_per_hour": max(
             (max_resumes_within(j.resume_times) for j in result.jobs), default=0
+        ),
+        "jobs_flapping": sum(
+            max_resumes_within(j.resume_times) > FLAPPING_RESUMES_PER_HOUR for j in result.jobs
         ),
     }
 

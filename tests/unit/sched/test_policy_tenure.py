@@ -150,3 +150,48 @@ def test_a_confident_model_grows_to_its_optimum_in_one_step() -> None:
     assert _lone_grower(AdlPolicy(confident_nodes=0)) == 32  # the x4 ramp
     assert _lone_grower(AdlPolicy(confident_nodes=2)) == 64
     assert _lone_grower(AdlPolicy(confident_nodes=3)) == 32  # it measured 2 nodes only
+
+
+def _resumes_in_two_hours(policy: AdlPolicy) -> list[int]:
+    """One GPU, a long job, and a 60 s job arriving every other 60 s round (each finished by
+    the round after): the long job is given the GPU whenever it is free and preempted by the
+    next arrival. Returns the rounds (seconds) at which the long job was resumed."""
+    gpu = nodes_of(1, gpus=1)
+    prev: dict[str, list[str]] = {}
+    resumed, restarts, attained = [], 0, 0.0
+    for t in range(0, 7200, 60):
+        jobs = [
+            job(
+                "long",
+                0,
+                remaining_s=100_000.0 - attained,
+                age_s=float(t),
+                max_replicas=1,
+                max_profiled_replicas=1,
+                restarts=restarts,
+                attained_service_s=attained,
+                restart_cost_s=30.0,
+            )
+        ]
+        if (t // 60) % 2 == 1:
+            jobs.append(job(f"s{t}", t, remaining_s=60.0, max_replicas=1, max_profiled_replicas=1))
+        answer = policy.optimize(jobs, gpu, prev)
+        held = bool(answer.get("long"))
+        if held and not prev.get("long") and attained > 0:
+            resumed.append(t)
+        if prev.get("long") and not held:
+            restarts += 1
+        attained += 60.0 if held else 0.0
+        prev = {"long": answer["long"]} if held else {}
+    return resumed
+
+
+def test_a_resume_budget_bounds_the_resumes_of_a_job_within_any_hour() -> None:
+    from adl.sched.sim.metrics import max_resumes_within
+
+    flapping = _resumes_in_two_hours(AdlPolicy())
+    assert max_resumes_within(flapping) > 20  # resumed every other round: issue 34's flapping
+    bounded = _resumes_in_two_hours(AdlPolicy(resumes_per_hour=5))
+    assert max_resumes_within(bounded) == 5
+    # the fifth resume holds the GPU until the first is an hour old, then the job yields again
+    assert len(bounded) > 5

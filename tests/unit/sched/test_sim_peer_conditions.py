@@ -63,6 +63,19 @@ def test_the_replay_records_each_resume_and_the_summary_reports_them(tmp_path: P
     assert summary["restarts_per_job_by_app"] == {"toy": float(job.restarts)}
     assert summary["max_resumes_per_hour"] == max_resumes_within(job.resume_times)
     assert summary["max_resumes_per_hour"] >= 2
+    assert summary["jobs_flapping"] == 0  # at most 5 resumes within an hour
+
+
+def test_a_job_resumed_more_than_5_times_within_an_hour_counts_as_flapping(
+    tmp_path: Path,
+) -> None:
+    # ten times the work: the flapper resumes it every 120 s for longer than an hour
+    root = write_app(tmp_path, "toy", epoch_ends=((450, 1000, 1500), (500, 1100, 1600)))
+    work = [WorkloadJob("a", 0, "toy", 1, 8), WorkloadJob("b", 0, "toy", 1, 8)]
+    config = SimConfig(num_nodes=1, gpus_per_node=2)
+    summary = summarize(Simulator(work, _Flapper(), {"toy": load_app(root)}, config).run())
+    assert summary["max_resumes_per_hour"] > 5
+    assert summary["jobs_flapping"] == 2
 
 
 def test_recorder_sees_the_peer_restart_cost(tmp_path: Path) -> None:
