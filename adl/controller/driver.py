@@ -1,7 +1,8 @@
 """The one control loop every backend runs: step a job, run a scheduling round.
 
-``Driver.step_job`` observes a job's workers, steps the pure lifecycle and executes its actions
-in order (``SetStatus`` first); ``Driver.run_round`` reads every job and node, adds the service
+``Driver.step_job`` observes a job's workers, steps the pure lifecycle, executes its actions
+in order (``SetStatus`` first) and lets the backend settle what it keeps beside the workers
+(``after_step``); ``Driver.run_round`` reads every job and node, adds the service
 each running job attained since the last round, records the jobs that succeeded since (their
 total work predicts the remaining work of jobs of the same kind that declared no length:
 ``adl.controller.history``), asks the policy for an allocation with speedup tables kept warm
@@ -21,7 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
+from adl.controller.actions import (
+    Action,
+    CreateGroup,
+    DeleteGroup,
+    EmitEvent,
+    RemoveExited,
+    SetStatus,
+)
 from adl.controller.backend import WorkerBackend
 from adl.controller.history import CompletedWork
 from adl.controller.job_record import JobRecord
@@ -57,6 +65,8 @@ def execute(backend: WorkerBackend, job: JobRecord, actions: Sequence[Action]) -
             backend.create_group(job, action)
         elif isinstance(action, DeleteGroup):
             backend.delete_group(job, action)
+        elif isinstance(action, RemoveExited):
+            backend.remove_exited(job, action)
         elif isinstance(action, EmitEvent):
             backend.emit_event(job.key, action)
 
@@ -112,6 +122,7 @@ class Driver:
             # read the job before the resume may still be writing), not on these GPUs. At once,
             # on every backend (the next round would forget it too, but a resume may come first).
             self.backend.set_desired({job.key: []})
+        self.backend.after_step(job, actions)
         return actions
 
     def tear_down(self, job: JobRecord) -> bool:

@@ -17,7 +17,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
@@ -25,15 +25,22 @@ from kubernetes.client.exceptions import ApiException
 
 from adl.api.auth import token_digest
 from adl.contract import LABEL_GPU_PRODUCT, JobKey
-from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.actions import (
+    Action,
+    CreateGroup,
+    DeleteGroup,
+    EmitEvent,
+    RemoveExited,
+    SetStatus,
+)
 from adl.controller.job_record import JobRecord
-from adl.controller.lifecycle import ObservedWorkers, Timing
+from adl.controller.lifecycle import GroupBlocked, ObservedWorkers, Timing
 from adl.controller.liveness import ProgressBook
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
 from adl.operator.disruption import leaving_reason
 from adl.operator.kueue import Admission, FlavorError, flavor_pool, queue_of
-from adl.operator.kueue_sync import admissions, flavors_by_name
+from adl.operator.kueue_sync import admissions, flavors_by_name, settle_workload
 from adl.operator.observe import (
     PodPhase,
     PodState,
@@ -85,13 +92,25 @@ class OperatorConfig:
     kueue: bool = False
 
 
-class Refused(Exception):
+class StepAgain(Exception):
+    """What the step decided on changed while its actions ran (a pod refused, a wait for an
+    outside cause begun or over): the reconcile starts over, and the next step acts on it."""
+
+
+class Refused(StepAgain):
     """A pod of the group was refused; the reconcile starts over to act on it."""
 
 
-class Waiting(Exception):
+class WaitOver(StepAgain):
+    """The group launched after a wait: the reconcile starts over so that the status says
+    Starting again, not the wait."""
+
+
+class Waiting(StepAgain):
     """The job cannot start its group yet, for a cause outside it. The job waits (status
-    reason ``reason``, one Event ``event``); the next reconcile looks again."""
+    reason ``reason``, one Event ``event``: ``lifecycle.GroupBlocked``); the next reconcile
+    tries again. Raised out of a step only when the wait is new: the reconcile starts over so
+    that the lifecycle says it."""
 
     reason = "Waiting"
     event = "Waiting"
@@ -226,6 +245,8 @@ class StepContext:
     #: the node pool its pods go to (Kueue: its admitted flavor's), or why there is none
     pool: P.NodePool | None = None
     pool_error: str | None = None
+    #: its Kueue Workload as the reconcile read it (None: in no queue, or not created yet)
+    workload: dict[str, Any] | None = None
 
 
 class KubeWorkerBackend:
@@ -243,6 +264,12 @@ class KubeWorkerBackend:
         #: the controller as a failed start (kept in memory: after an operator restart the
         #: create is simply tried, and refused, once more)
         self.refused: dict[str, PodState] = {}
+        #: job key -> why its current group could not be launched at the last try (a wait for
+        #: an outside cause: ``Waiting``), reported by ``observe`` until a launch succeeds.
+        #: Kept in memory like ``refused``: it must outlive the reconcile that found it (the
+        #: next one says it, the ones after try again), and after an operator restart the
+        #: launch is simply tried once more
+        self.blocked: dict[str, GroupBlocked] = {}
         self._listed: dict[str, dict[str, Any]] = {}  # the last round's objects, for its events
         #: job key -> what its namespace's ceiling capped, last said (each change said once)
         self.capped: dict[str, str] = {}
@@ -263,11 +290,12 @@ class KubeWorkerBackend:
         body: dict[str, Any],
         spec: AdaptiveJobSpec,
         pool: P.NodePool | FlavorError | None = None,
+        workload: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(pool, FlavorError):
-            self.steps[key] = StepContext(body, spec, pool_error=str(pool))
+            self.steps[key] = StepContext(body, spec, pool_error=str(pool), workload=workload)
         else:
-            self.steps[key] = StepContext(body, spec, pool=pool)
+            self.steps[key] = StepContext(body, spec, pool=pool, workload=workload)
 
     def end(self, key: str) -> StepContext:
         return self.steps.pop(key)
@@ -289,7 +317,16 @@ class KubeWorkerBackend:
         else:
             self.on_down_nodes.discard(job.key)
         observed = observed_workers(ctx.pods, job.status.group, job.status.allocation, down)
-        return replace(observed, nodes_leaving=leaving)
+        return replace(observed, nodes_leaving=leaving, blocked=self._blocked(job))
+
+    def _blocked(self, job: JobRecord) -> GroupBlocked | None:
+        """The wait of the job's current group, if its last launch found one (older groups'
+        forgotten)."""
+        blocked = self.blocked.get(job.key)
+        if blocked is not None and blocked.group != job.status.group:
+            del self.blocked[job.key]
+            return None
+        return blocked
 
     def _node_marks(
         self, pods: Sequence[PodState], job: JobRecord
@@ -334,12 +371,21 @@ class KubeWorkerBackend:
 
     def create_group(self, job: JobRecord, action: CreateGroup) -> None:
         ctx = self.steps[job.key]
-        if ctx.foreign:
-            raise Leftovers(
-                f"pod {ctx.foreign[0]} of a deleted job of the same name is still stopping"
-            )
         ref = P.JobRef.from_body(ctx.body)
-        self._ensure_resources(ref, ctx)
+        try:
+            if ctx.foreign:
+                raise Leftovers(
+                    f"pod {ctx.foreign[0]} of a deleted job of the same name is still stopping"
+                )
+            self._ensure_resources(ref, ctx)
+        except Waiting as exc:
+            blocked = GroupBlocked(action.group, exc.reason, exc.event, str(exc))
+            if self.blocked.get(job.key) == blocked:
+                return  # the wait the step already says: the next reconcile tries again
+            self.blocked[job.key] = blocked
+            log.info("%s: %s", job.key, exc)
+            raise  # a new wait: the reconcile starts over, and the lifecycle says it
+        waited = self.blocked.pop(job.key, None) is not None
         alloc = list(action.allocation)
         slots = P.node_slots(alloc)
         for index in pod_indices(alloc, action.ranks):
@@ -368,6 +414,8 @@ class KubeWorkerBackend:
                     raise
                 self.refused[job.key] = refused
                 raise Refused from exc
+        if waited:
+            raise WaitOver(f"{job.key}: group {action.group} launched after a wait")
 
     def _ensure_resources(self, job: P.JobRef, ctx: StepContext) -> None:
         store = self.store
@@ -419,6 +467,22 @@ class KubeWorkerBackend:
                     self.store.delete_pod(ref.namespace, pod.name, 0)
             elif not pod.deleting:
                 self.store.delete_pod(ref.namespace, pod.name, action.grace_s)
+
+    def remove_exited(self, job: JobRecord, action: RemoveExited) -> None:
+        ctx = self.steps[job.key]
+        ref = P.JobRef.from_body(ctx.body)
+        for pod in ctx.pods:
+            if pod.group in action.groups and not pod.deleting and pod.phase not in _LIVE:
+                self.store.delete_pod(ref.namespace, pod.name, 0)
+
+    def after_step(self, job: JobRecord, actions: Sequence[Action]) -> None:
+        """A job in a Kueue queue: its Workload finished with it, or its quota given back once
+        Kueue evicted it and its pods are gone (``kueue_sync.settle_workload``)."""
+        ctx = self.steps[job.key]
+        written = [a.status for a in actions if isinstance(a, SetStatus)]
+        after = written[-1] if written else job.status
+        alive = any(p.phase in _LIVE for p in ctx.pods)
+        settle_workload(self.store, ctx.workload, after, alive, datetime.now(UTC))
 
     def emit_event(self, job: str, event: EmitEvent) -> None:
         ctx = self.steps.get(job)
