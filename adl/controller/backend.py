@@ -52,8 +52,8 @@ class WorkerBackend(Protocol):
         Not called when an action failed: the next step settles it."""
         ...
 
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        """A user-visible event of the job (``namespace/name``)."""
+    def emit_event(self, job: JobRecord, event: EmitEvent) -> None:
+        """A user-visible event of the job."""
         ...
 
     # ---- the round

@@ -68,7 +68,7 @@ def execute(backend: WorkerBackend, job: JobRecord, actions: Sequence[Action]) -
         elif isinstance(action, RemoveExited):
             backend.remove_exited(job, action)
         elif isinstance(action, EmitEvent):
-            backend.emit_event(job.key, action)
+            backend.emit_event(job, action)
 
 
 class Driver:
@@ -149,9 +149,11 @@ class Driver:
         marks.update(self._mark_holds(jobs, result, marks))
         if marks:
             self.backend.record_conditions(marks)
+        by_key = {job.key: job for job in jobs}
         for decision in result.decisions.values():
             log.info("%s: %s", decision.job, decision.message)
-            self.backend.emit_event(decision.job, EmitEvent("Normal", REASON, decision.message))
+            event = EmitEvent("Normal", REASON, decision.message)
+            self.backend.emit_event(by_key[decision.job], event)
         return result
 
     def _mark_faults(
@@ -176,7 +178,7 @@ class Driver:
             status = job.status.model_copy(deep=True)
             if why is not None:
                 log.warning("%s: left out of the round: %s", job.key, why)
-                self.backend.emit_event(job.key, EmitEvent("Warning", UNUSABLE, why))
+                self.backend.emit_event(job, EmitEvent("Warning", UNUSABLE, why))
                 set_condition(status, SCHEDULABLE, False, UNUSABLE, why, datetime.now(UTC))
             else:
                 set_condition(status, SCHEDULABLE, True, "HintsUsable", "", datetime.now(UTC))
@@ -209,7 +211,7 @@ class Driver:
                 continue
             if old is None or old.reason != hold.cause:
                 log.info("%s: %s", job.key, hold.message)
-                self.backend.emit_event(job.key, EmitEvent("Normal", NOT_GROWN, hold.message))
+                self.backend.emit_event(job, EmitEvent("Normal", NOT_GROWN, hold.message))
             status = job.status.model_copy(update={"conditions": kept})
             set_condition(status, GROWTH_HELD, True, hold.cause, hold.message, datetime.now(UTC))
             out[job.key] = status.conditions

@@ -47,8 +47,8 @@ class MemoryWorkerBackend:
     def after_step(self, job: JobRecord, actions: Sequence[Action]) -> None:
         pass  # nothing is kept beside the jobs
 
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        self.events.append((job, event))
+    def emit_event(self, job: JobRecord, event: EmitEvent) -> None:
+        self.events.append((job.key, event))
 
     # ---- the round
     def round_jobs(self) -> list[JobRecord]:

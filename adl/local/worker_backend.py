@@ -74,8 +74,8 @@ class LocalWorkerBackend:
     def after_step(self, job: JobRecord, actions: Sequence[Action]) -> None:
         pass  # no quota manager: nothing is kept beside the job's row
 
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        self.store.add_event(job, event.type, event.reason, event.message)
+    def emit_event(self, job: JobRecord, event: EmitEvent) -> None:
+        self.store.add_event(job.key, event.type, event.reason, event.message)
 
     def round_jobs(self) -> list[JobRecord]:
         return [round_job(r) for r in self.jobs.values() if not r.deleted]

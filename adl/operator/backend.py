@@ -3,9 +3,9 @@ the state store is the AdaptiveJob objects (status subresource, the scheduler's 
 annotation), events are Kubernetes Events.
 
 The methods are synchronous (the kubernetes client is): the handlers run the shared driver in a
-worker thread. A job's step happens under that job's lock, and ``begin``/``end`` bracket it with
-what the reconcile read (the object, its pods), which the actions need: the resourceVersion
-a status write must match, the pods a group delete removes.
+worker thread. A job's step happens under that job's lock, and its ``JobRecord`` carries what
+the reconcile read (``KubeStepContext``: the object, its pods), which the actions need: the
+resourceVersion a status write must match, the pods a group delete removes.
 """
 
 from __future__ import annotations
@@ -235,8 +235,10 @@ def refused_pod(job: P.JobRef, group: int, index: int, exc: Exception) -> PodSta
 
 
 @dataclass
-class StepContext:
-    """What one reconcile of a job read: the object, and (once observed) its pods."""
+class KubeStepContext:
+    """What one reconcile of a job read, carried by its ``JobRecord`` (``context``) through
+    the driver's step: the object (its resourceVersion guards the status write), the spec,
+    and, once ``observe`` listed them, its pods (a group delete removes those)."""
 
     body: dict[str, Any]
     spec: AdaptiveJobSpec
@@ -247,6 +249,29 @@ class StepContext:
     pool_error: str | None = None
     #: its Kueue Workload as the reconcile read it (None: in no queue, or not created yet)
     workload: dict[str, Any] | None = None
+
+    @classmethod
+    def read(
+        cls,
+        body: dict[str, Any],
+        spec: AdaptiveJobSpec,
+        pool: P.NodePool | FlavorError | None = None,
+        workload: dict[str, Any] | None = None,
+    ) -> KubeStepContext:
+        """The context of a reconcile that read ``body`` (``pool``: the admitted flavor's
+        nodes, or why its flavors give none: each pod create then fails saying so)."""
+        if isinstance(pool, FlavorError):
+            return cls(body, spec, pool_error=str(pool), workload=workload)
+        return cls(body, spec, pool=pool, workload=workload)
+
+
+def step_context(job: JobRecord) -> KubeStepContext:
+    """The Kubernetes context the record carries; a record built without one is a bug of the
+    caller (the handlers build every record they step with one)."""
+    ctx = job.context
+    if not isinstance(ctx, KubeStepContext):
+        raise TypeError(f"{job.key}: stepped without a KubeStepContext (got {type(ctx).__name__})")
+    return ctx
 
 
 class KubeWorkerBackend:
@@ -259,7 +284,10 @@ class KubeWorkerBackend:
         self.config = config
         #: every Event the backend emits goes here (tests pass a recorder: no kopf needed)
         self.events = events
-        self.steps: dict[str, StepContext] = {}
+        # What one reconcile read travels with its JobRecord (``KubeStepContext``); what is
+        # kept here must outlive a reconcile: the memory below (refused pods, waits, what was
+        # said once, jobs on down nodes) is what the next reconciles act on, and the round's
+        # listing is what ``round_nodes`` and the round's events reuse.
         #: job key -> the pod of its current group that the cluster refused to create, seen by
         #: the controller as a failed start (kept in memory: after an operator restart the
         #: create is simply tried, and refused, once more)
@@ -284,29 +312,13 @@ class KubeWorkerBackend:
         self._round_tolerations: list[list[Any]] | None = None
 
     # ---- one job's step
-    def begin(
-        self,
-        key: str,
-        body: dict[str, Any],
-        spec: AdaptiveJobSpec,
-        pool: P.NodePool | FlavorError | None = None,
-        workload: dict[str, Any] | None = None,
-    ) -> None:
-        if isinstance(pool, FlavorError):
-            self.steps[key] = StepContext(body, spec, pool_error=str(pool), workload=workload)
-        else:
-            self.steps[key] = StepContext(body, spec, pool=pool, workload=workload)
-
-    def end(self, key: str) -> StepContext:
-        return self.steps.pop(key)
-
     def observe(self, job: JobRecord) -> ObservedWorkers:
         """The job's pods, and what its ranks' heartbeats said of their progress."""
         observed = self._observe_pods(job)
         return replace(observed, progress=self.config.progress.snapshot(job.key))
 
     def _observe_pods(self, job: JobRecord) -> ObservedWorkers:
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
         raw = self.store.list_pods(ref.namespace, P.job_selector(ref.name))
         own, ctx.foreign = split_pods(ref, raw)
@@ -364,13 +376,13 @@ class KubeWorkerBackend:
         return [*pods, refused]
 
     def set_status(self, job: JobRecord, status: AdaptiveJobStatus) -> None:
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
         rv = ctx.body["metadata"].get("resourceVersion")
         self.store.patch_job_status(ref.namespace, ref.name, status_patch(status), rv)
 
     def create_group(self, job: JobRecord, action: CreateGroup) -> None:
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
         try:
             if ctx.foreign:
@@ -417,7 +429,7 @@ class KubeWorkerBackend:
         if waited:
             raise WaitOver(f"{job.key}: group {action.group} launched after a wait")
 
-    def _ensure_resources(self, job: P.JobRef, ctx: StepContext) -> None:
+    def _ensure_resources(self, job: P.JobRef, ctx: KubeStepContext) -> None:
         store = self.store
         if not _create_child(store, P.build_service(job)):
             _require_own(job, store.get_service(job.namespace, P.service_name(job.name)), "Service")
@@ -454,7 +466,7 @@ class KubeWorkerBackend:
             )
 
     def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
         for pod in ctx.pods:
             if pod.group != action.group:
@@ -469,7 +481,7 @@ class KubeWorkerBackend:
                 self.store.delete_pod(ref.namespace, pod.name, action.grace_s)
 
     def remove_exited(self, job: JobRecord, action: RemoveExited) -> None:
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
         for pod in ctx.pods:
             if pod.group in action.groups and not pod.deleting and pod.phase not in _LIVE:
@@ -478,15 +490,16 @@ class KubeWorkerBackend:
     def after_step(self, job: JobRecord, actions: Sequence[Action]) -> None:
         """A job in a Kueue queue: its Workload finished with it, or its quota given back once
         Kueue evicted it and its pods are gone (``kueue_sync.settle_workload``)."""
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         written = [a.status for a in actions if isinstance(a, SetStatus)]
         after = written[-1] if written else job.status
         alive = any(p.phase in _LIVE for p in ctx.pods)
         settle_workload(self.store, ctx.workload, after, alive, datetime.now(UTC))
 
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        ctx = self.steps.get(job)
-        body = ctx.body if ctx is not None else self._listed.get(job)
+    def emit_event(self, job: JobRecord, event: EmitEvent) -> None:
+        # a step's record carries its object; the round's records are of its listing
+        ctx = job.context
+        body = ctx.body if isinstance(ctx, KubeStepContext) else self._listed.get(job.key)
         if body is not None:
             self.events(body, event.type, event.reason, event.message)
 

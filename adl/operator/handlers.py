@@ -34,7 +34,7 @@ from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import backend as B
 from adl.operator import event_posting
 from adl.operator import pods as P
-from adl.operator.backend import KubeWorkerBackend, OperatorConfig, status_patch
+from adl.operator.backend import KubeStepContext, KubeWorkerBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.disruption import describe, leaving_reason
 from adl.operator.job_causes import cause_digest
@@ -168,29 +168,9 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
         await cluster_round(rt, force=True)
 
 
-def _step(
-    rt: Runtime,
-    job: JobRecord,
-    body: dict[str, Any],
-    spec: AdaptiveJobSpec,
-    pool: NodePool | FlavorError | None = None,
-    workload: dict[str, Any] | None = None,
-) -> list[Action]:
+def _step(rt: Runtime, job: JobRecord) -> list[Action]:
     """The driver's step of one job with what the reconcile read (in a worker thread)."""
-    rt.backend.begin(job.key, body, spec, pool, workload)
-    try:
-        return rt.driver.step_job(job, _now())
-    finally:
-        rt.backend.end(job.key)
-
-
-def _tear_down(rt: Runtime, job: JobRecord, body: dict[str, Any]) -> None:
-    """Stop every group of a deleted job (in a worker thread)."""
-    rt.backend.begin(job.key, body, job.spec)
-    try:
-        rt.driver.tear_down(job)
-    finally:
-        rt.backend.end(job.key)
+    return rt.driver.step_job(job, _now())
 
 
 async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
@@ -221,15 +201,6 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 if rt.config.kueue
                 else (None, None)
             )
-            job = JobRecord(
-                key,
-                spec,
-                status,
-                created,
-                desired,
-                ceiling=admitted.ceiling if admitted else None,
-                quota_wait=admitted.waiting_message() if admitted else None,
-            )
             # its pods go to the admitted flavor's nodes (a flavor that gives none: a failed
             # start that says why)
             pool: NodePool | FlavorError | None = None
@@ -238,8 +209,18 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                     pool = await asyncio.to_thread(admitted_pool, rt.store, admitted)
                 except FlavorError as exc:
                     pool = exc
+            job = JobRecord(
+                key,
+                spec,
+                status,
+                created,
+                desired,
+                ceiling=admitted.ceiling if admitted else None,
+                quota_wait=admitted.waiting_message() if admitted else None,
+                context=KubeStepContext.read(body, spec, pool, workload),
+            )
             try:
-                actions = await asyncio.to_thread(_step, rt, job, body, spec, pool, workload)
+                actions = await asyncio.to_thread(_step, rt, job)
             except (Conflict, B.StepAgain):
                 # a conflict: read again; a refused pod, a wait for an outside cause begun or
                 # over: the next step acts on it (a failed start; the status saying why, or
@@ -546,8 +527,9 @@ async def on_delete(
         except ValidationError:
             spec = None
         if spec is not None:
-            job = JobRecord(key, spec, status, _now(), desired_allocation(body))
-            await asyncio.to_thread(_tear_down, rt, job, dict(body))
+            context = KubeStepContext.read(dict(body), spec)
+            job = JobRecord(key, spec, status, _now(), desired_allocation(body), context=context)
+            await asyncio.to_thread(rt.driver.tear_down, job)
         else:  # an invalid job never ran workers, but clean up whatever is there
             raw = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
             for pod in classify_all(raw):
