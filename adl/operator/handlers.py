@@ -25,7 +25,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from adl.controller.actions import Action, SetStatus
+from adl.controller.actions import SetStatus
 from adl.controller.driver import Driver
 from adl.controller.job_record import JobRecord
 from adl.controller.liveness import ProgressBook, judge
@@ -168,11 +168,6 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
         await cluster_round(rt, force=True)
 
 
-def _step(rt: Runtime, job: JobRecord) -> list[Action]:
-    """The driver's step of one job with what the reconcile read (in a worker thread)."""
-    return rt.driver.step_job(job, _now())
-
-
 async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
     """Read the job, step it through the driver; retried on conflicts. Returns whether this
     step gave GPUs back (a job holding some finished or was suspended)."""
@@ -220,7 +215,8 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 context=KubeStepContext.read(body, spec, pool, workload),
             )
             try:
-                actions = await asyncio.to_thread(_step, rt, job)
+                # the driver's step with what this reconcile read, in a worker thread
+                actions = await asyncio.to_thread(rt.driver.step_job, job, _now())
             except (Conflict, B.StepAgain):
                 # a conflict: read again; a refused pod, a wait for an outside cause begun or
                 # over: the next step acts on it (a failed start; the status saying why, or
