@@ -53,6 +53,18 @@ class DeleteGroup:
 
 
 @dataclass(frozen=True)
+class RemoveExited:
+    """The exited replicas of ``groups`` (older than the one before the current group) are
+    of no further use: a backend whose exited workers leave objects behind removes them (a
+    finished Kubernetes pod keeps its object, and its node's view of it, until deleted; the
+    previous group's are kept for post-mortem logs). Replicas already being removed are
+    skipped; nothing alive is touched."""
+
+    job: str
+    groups: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class EmitEvent:
     """A user-visible event (Kubernetes Event, or a line in the local job's event log)."""
 
@@ -61,4 +73,4 @@ class EmitEvent:
     message: str
 
 
-Action = SetStatus | CreateGroup | DeleteGroup | EmitEvent
+Action = SetStatus | CreateGroup | DeleteGroup | RemoveExited | EmitEvent

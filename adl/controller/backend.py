@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, RemoveExited
 from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers
 from adl.models import AdaptiveJobStatus, Condition
@@ -41,8 +41,20 @@ class WorkerBackend(Protocol):
         """Stop the group gracefully (idempotent)."""
         ...
 
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        """A user-visible event of the job (``namespace/name``)."""
+    def remove_exited(self, job: JobRecord, action: RemoveExited) -> None:
+        """Remove what the exited replicas of ``action.groups`` left behind, if anything
+        (idempotent; nothing alive is touched)."""
+        ...
+
+    def after_step(self, job: JobRecord, actions: Sequence[Action]) -> None:
+        """The step's actions are carried out: settle what the backend keeps about the job
+        beside its workers and status, from their outcome (Kubernetes: the job's Kueue
+        Workload finished, or its quota given back once an evicted job's pods are gone).
+        Not called when an action failed: the next step settles it."""
+        ...
+
+    def emit_event(self, job: JobRecord, event: EmitEvent) -> None:
+        """A user-visible event of the job."""
         ...
 
     # ---- the round

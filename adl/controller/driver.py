@@ -1,7 +1,8 @@
 """The one control loop every backend runs: step a job, run a scheduling round.
 
-``Driver.step_job`` observes a job's workers, steps the pure lifecycle and executes its actions
-in order (``SetStatus`` first); ``Driver.run_round`` reads every job and node, adds the service
+``Driver.step_job`` observes a job's workers, steps the pure lifecycle, executes its actions
+in order (``SetStatus`` first) and lets the backend settle what it keeps beside the workers
+(``after_step``); ``Driver.run_round`` reads every job and node, adds the service
 each running job attained since the last round, records the jobs that succeeded since (their
 total work predicts the remaining work of jobs of the same kind that declared no length:
 ``adl.controller.history``), asks the policy for an allocation with speedup tables kept warm
@@ -21,7 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
+from adl.controller.actions import (
+    Action,
+    CreateGroup,
+    DeleteGroup,
+    EmitEvent,
+    RemoveExited,
+    SetStatus,
+)
 from adl.controller.backend import AsksForCapacity, WorkerBackend
 from adl.controller.history import CompletedWork
 from adl.controller.job_record import JobRecord
@@ -58,8 +66,10 @@ def execute(backend: WorkerBackend, job: JobRecord, actions: Sequence[Action]) -
             backend.create_group(job, action)
         elif isinstance(action, DeleteGroup):
             backend.delete_group(job, action)
+        elif isinstance(action, RemoveExited):
+            backend.remove_exited(job, action)
         elif isinstance(action, EmitEvent):
-            backend.emit_event(job.key, action)
+            backend.emit_event(job, action)
 
 
 class Driver:
@@ -113,6 +123,7 @@ class Driver:
             # read the job before the resume may still be writing), not on these GPUs. At once,
             # on every backend (the next round would forget it too, but a resume may come first).
             self.backend.set_desired({job.key: []})
+        self.backend.after_step(job, actions)
         return actions
 
     def tear_down(self, job: JobRecord) -> bool:
@@ -145,9 +156,11 @@ class Driver:
         marks.update(self._mark_holds(jobs, result, marks))
         if marks:
             self.backend.record_conditions(marks)
+        by_key = {job.key: job for job in jobs}
         for decision in result.decisions.values():
             log.info("%s: %s", decision.job, decision.message)
-            self.backend.emit_event(decision.job, EmitEvent("Normal", REASON, decision.message))
+            event = EmitEvent("Normal", REASON, decision.message)
+            self.backend.emit_event(by_key[decision.job], event)
         return result
 
     def _mark_faults(
@@ -172,7 +185,7 @@ class Driver:
             status = job.status.model_copy(deep=True)
             if why is not None:
                 log.warning("%s: left out of the round: %s", job.key, why)
-                self.backend.emit_event(job.key, EmitEvent("Warning", UNUSABLE, why))
+                self.backend.emit_event(job, EmitEvent("Warning", UNUSABLE, why))
                 set_condition(status, SCHEDULABLE, False, UNUSABLE, why, datetime.now(UTC))
             else:
                 set_condition(status, SCHEDULABLE, True, "HintsUsable", "", datetime.now(UTC))
@@ -205,7 +218,7 @@ class Driver:
                 continue
             if old is None or old.reason != hold.cause:
                 log.info("%s: %s", job.key, hold.message)
-                self.backend.emit_event(job.key, EmitEvent("Normal", NOT_GROWN, hold.message))
+                self.backend.emit_event(job, EmitEvent("Normal", NOT_GROWN, hold.message))
             status = job.status.model_copy(update={"conditions": kept})
             set_condition(status, GROWTH_HELD, True, hold.cause, hold.message, datetime.now(UTC))
             out[job.key] = status.conditions

@@ -5,7 +5,7 @@ and the lifecycle. A module of its own so that those can share it without import
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus
@@ -28,3 +28,9 @@ class JobRecord:
     #: the only nodes the job may run on (Kueue: the nodes of its admitted flavor), or None:
     #: any node of the round
     nodes: frozenset[str] | None = None
+    #: what the backend read of the job for this step, which its primitives need (Kubernetes:
+    #: the object with its resourceVersion, the pods ``observe`` found, the Workload): it
+    #: travels with the record through ``observe``, the actions and ``after_step``, so the
+    #: backend keeps no per-step state of its own. Opaque to the controller (each backend
+    #: checks it is its own); None where the backend needs nothing, and in the round
+    context: object | None = field(default=None, compare=False, repr=False)

@@ -27,7 +27,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from adl.contract import EXIT_STOPPED as EXIT_STOPPED
-from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, SetStatus
+from adl.controller.actions import (
+    Action,
+    CreateGroup,
+    DeleteGroup,
+    EmitEvent,
+    RemoveExited,
+    SetStatus,
+)
 from adl.controller.env import node_slots
 from adl.controller.liveness import RankProgress, judge, progressing
 from adl.controller.status_hints import reflect_hints
@@ -103,6 +110,20 @@ class ReplicaState:
 
 
 @dataclass(frozen=True)
+class GroupBlocked:
+    """Why the backend could not launch group ``group`` at its last try, for a cause outside
+    the job that a retry may clear (Kubernetes: a child object of a deleted namesake still
+    there, the cluster refusing the job's Service, Secret or claim). The job waits, Starting,
+    with ``reason`` and ``message`` in its status and one Warning event ``event``; each later
+    step tries the launch again."""
+
+    group: int
+    reason: str
+    event: str
+    message: str
+
+
+@dataclass(frozen=True)
 class ObservedWorkers:
     """Every replica the backend knows of, of any group (finished ones included, so that an
     exit code observed once is not forgotten before the controller has acted on it)."""
@@ -118,6 +139,9 @@ class ObservedWorkers:
     #: is stopped gracefully at once (it checkpoints within the notice), and no group starts
     #: there
     nodes_leaving: Mapping[str, str] = field(default_factory=dict)
+    #: the launch of a group that could not start for an outside cause, as the backend's last
+    #: try found it (None: no such wait)
+    blocked: GroupBlocked | None = None
 
     def of_group(self, group: int) -> list[ReplicaState]:
         return sorted((r for r in self.replicas if r.group == group), key=lambda r: r.rank)
@@ -241,7 +265,22 @@ class _Step:
         if st.phase.finished and st.completion_time is None:
             st.completion_time = now
         head: list[Action] = [SetStatus(st)] if st != self.before else []
-        return head + self.actions
+        return head + self.actions + _remove_exited(self)
+
+
+def _remove_exited(s: _Step) -> list[Action]:
+    """Clear away the exited replicas of groups older than the one before the job's group
+    (as the step found it): nothing runs in them any more, and the previous group's are kept
+    for post-mortem logs. Last, after every decision of the step has been carried out."""
+    keep_from = s.before.group - 1
+    groups = sorted(
+        {
+            r.group
+            for r in s.observed.replicas
+            if r.group < keep_from and not r.alive and not r.terminating
+        }
+    )
+    return [RemoveExited(s.job, tuple(groups))] if groups else []
 
 
 # ----------------------------------------------------------------------------- transitions
@@ -491,9 +530,26 @@ def _active(s: _Step, current: list[ReplicaState]) -> None:
     if not missing and all(r.phase == ReplicaPhase.RUNNING for r in current):
         s.phase(Phase.RUNNING, "Running", f"group {st.group} running")
         return
+    blocked = s.observed.blocked
+    if blocked is not None and blocked.group == st.group:
+        _say_blocked(s, blocked)
+        return
     waiting = next((r for r in current if r.alive and r.reason), None)
     if waiting is not None:  # e.g. ContainerCreating, Unschedulable: tell the user why
         s.phase(Phase.STARTING, waiting.reason, f"rank {waiting.rank}: {waiting.message}")
+        return
+    # nothing holds the group up that a reason could name (a wait for an outside cause is
+    # over: its replicas exist, or are being launched now): the status says Starting again
+    s.phase(Phase.STARTING, "Starting", starting_message(st.group, st.allocation))
+
+
+def _say_blocked(s: _Step, blocked: GroupBlocked) -> None:
+    """A Starting job whose launch waits for an outside cause says why, in its status and in
+    one Warning event per thing waited for (the status is the memory: no event per step)."""
+    st = s.status
+    if (st.reason, st.message) != (blocked.reason, blocked.message):
+        s.event("Warning", blocked.event, blocked.message)
+    s.phase(Phase.STARTING, blocked.reason, blocked.message)
 
 
 def _leaving(s: _Step, nodes: Sequence[str]) -> dict[str, str]:

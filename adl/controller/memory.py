@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, RemoveExited
 from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers
 from adl.models import AdaptiveJobStatus, Condition, Hints
@@ -41,8 +41,14 @@ class MemoryWorkerBackend:
     def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
         self.groups.append(action)
 
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        self.events.append((job, event))
+    def remove_exited(self, job: JobRecord, action: RemoveExited) -> None:
+        pass  # no worker ever ran: nothing is left behind
+
+    def after_step(self, job: JobRecord, actions: Sequence[Action]) -> None:
+        pass  # nothing is kept beside the jobs
+
+    def emit_event(self, job: JobRecord, event: EmitEvent) -> None:
+        self.events.append((job.key, event))
 
     # ---- the round
     def round_jobs(self) -> list[JobRecord]:

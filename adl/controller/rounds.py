@@ -18,7 +18,8 @@ import numpy as np
 from adl.controller.history import CompletedWork, job_kind
 from adl.controller.job_record import JobRecord
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Hints, Phase
-from adl.sched.decisions import Decision, ExplainsHolds, Hold, explain
+from adl.sched import registry
+from adl.sched.decisions import Decision, Hold, explain
 from adl.sched.gpu_types import one_type_per_job
 from adl.sched.hints import (
     min_replicas_from_hints,
@@ -31,7 +32,6 @@ from adl.sched.types import (
     JobInfo,
     NodeInfo,
     Policy,
-    RanksByPredictedRemaining,
     SpeedupFn,
 )
 
@@ -327,6 +327,7 @@ def plan_round(
     held_before = sum(len(v) * gpus_of[k] for k, v in previous.items())
     held_after = sum(len(v) * gpus_of[k] for k, v in allocation.items())
     total = sum(n.gpus for n in nodes)
+    ranker = registry.prediction_ranker(policy)  # the registry says whether it can
     decisions = explain(
         {k: v for k, v in changed.items() if k not in kept},
         previous,
@@ -334,8 +335,7 @@ def plan_round(
         max(total - held_before, 0),
         {r.key: _reported(r.status.hints) for r in movable},
         free_after=max(total - held_after, 0),
-        predictions_used=isinstance(policy, RanksByPredictedRemaining)
-        and policy.ranks_by_predicted_remaining(),
+        predictions_used=ranker is not None and ranker.ranks_by_predicted_remaining(),
         unit=unit,
         node_types={n.name: n.gpu_type for n in nodes},
         free_by_type=_free_by_type(nodes, allocation, gpus_of),
@@ -402,10 +402,11 @@ def _holds(
     unit: str,
 ) -> dict[str, Hold]:
     """Why the policy left jobs at their size beside free GPUs, when it can say."""
-    if not isinstance(policy, ExplainsHolds) or not infos:
+    explainer = registry.holds_explainer(policy)  # the registry says whether it can
+    if explainer is None or not infos:
         return {}
     try:
-        holds = policy.explain_holds(infos, nodes, previous, answer)
+        holds = explainer.explain_holds(infos, nodes, previous, answer)
     except Exception:  # the explanation of an answer must never cost the answer itself
         return {}
     return {k: replace(h, unit=unit) for k, h in holds.items()}

@@ -5,11 +5,11 @@ of this machine as a one-node cluster. Jobs are rows of the SQLite store (kept i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, RemoveExited
 from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers
 from adl.controller.liveness import ProgressBook
@@ -66,8 +66,16 @@ class LocalWorkerBackend:
         if rec.desired and not rec.deleted and not rec.status.phase.finished:
             self.groups.prewarm(rec)  # a resize or a restart: a next group will follow
 
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        self.store.add_event(job, event.type, event.reason, event.message)
+    def remove_exited(self, job: JobRecord, action: RemoveExited) -> None:
+        # an exited process holds nothing; its group's files stay for `adl logs` and are
+        # removed with the job
+        pass
+
+    def after_step(self, job: JobRecord, actions: Sequence[Action]) -> None:
+        pass  # no quota manager: nothing is kept beside the job's row
+
+    def emit_event(self, job: JobRecord, event: EmitEvent) -> None:
+        self.store.add_event(job.key, event.type, event.reason, event.message)
 
     def round_jobs(self) -> list[JobRecord]:
         return [round_job(r) for r in self.jobs.values() if not r.deleted]

@@ -3,9 +3,9 @@ the state store is the AdaptiveJob objects (status subresource, the scheduler's 
 annotation), events are Kubernetes Events.
 
 The methods are synchronous (the kubernetes client is): the handlers run the shared driver in a
-worker thread. A job's step happens under that job's lock, and ``begin``/``end`` bracket it with
-what the reconcile read (the object, its pods), which the actions need: the resourceVersion
-a status write must match, the pods a group delete removes.
+worker thread. A job's step happens under that job's lock, and its ``JobRecord`` carries what
+the reconcile read (``KubeStepContext``: the object, its pods), which the actions need: the
+resourceVersion a status write must match, the pods a group delete removes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
@@ -25,9 +25,16 @@ from kubernetes.client.exceptions import ApiException
 
 from adl.api.auth import token_digest
 from adl.contract import LABEL_GPU_PRODUCT, JobKey
-from adl.controller.actions import CreateGroup, DeleteGroup, EmitEvent
+from adl.controller.actions import (
+    Action,
+    CreateGroup,
+    DeleteGroup,
+    EmitEvent,
+    RemoveExited,
+    SetStatus,
+)
 from adl.controller.job_record import JobRecord
-from adl.controller.lifecycle import ObservedWorkers, Timing
+from adl.controller.lifecycle import GroupBlocked, ObservedWorkers, Timing
 from adl.controller.liveness import ProgressBook
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition
 from adl.operator import pods as P
@@ -35,7 +42,7 @@ from adl.operator.capacity_pods import PlaceholderSettings
 from adl.operator.capacity_sync import CapacityAsker
 from adl.operator.disruption import leaving_reason
 from adl.operator.kueue import Admission, FlavorError, flavor_pool, queue_of
-from adl.operator.kueue_sync import admissions, flavors_by_name
+from adl.operator.kueue_sync import admissions, flavors_by_name, settle_workload
 from adl.operator.observe import (
     PodPhase,
     PodState,
@@ -92,13 +99,25 @@ class OperatorConfig:
     placeholders: PlaceholderSettings | None = None
 
 
-class Refused(Exception):
+class StepAgain(Exception):
+    """What the step decided on changed while its actions ran (a pod refused, a wait for an
+    outside cause begun or over): the reconcile starts over, and the next step acts on it."""
+
+
+class Refused(StepAgain):
     """A pod of the group was refused; the reconcile starts over to act on it."""
 
 
-class Waiting(Exception):
+class WaitOver(StepAgain):
+    """The group launched after a wait: the reconcile starts over so that the status says
+    Starting again, not the wait."""
+
+
+class Waiting(StepAgain):
     """The job cannot start its group yet, for a cause outside it. The job waits (status
-    reason ``reason``, one Event ``event``); the next reconcile looks again."""
+    reason ``reason``, one Event ``event``: ``lifecycle.GroupBlocked``); the next reconcile
+    tries again. Raised out of a step only when the wait is new: the reconcile starts over so
+    that the lifecycle says it."""
 
     reason = "Waiting"
     event = "Waiting"
@@ -223,8 +242,10 @@ def refused_pod(job: P.JobRef, group: int, index: int, exc: Exception) -> PodSta
 
 
 @dataclass
-class StepContext:
-    """What one reconcile of a job read: the object, and (once observed) its pods."""
+class KubeStepContext:
+    """What one reconcile of a job read, carried by its ``JobRecord`` (``context``) through
+    the driver's step: the object (its resourceVersion guards the status write), the spec,
+    and, once ``observe`` listed them, its pods (a group delete removes those)."""
 
     body: dict[str, Any]
     spec: AdaptiveJobSpec
@@ -233,6 +254,31 @@ class StepContext:
     #: the node pool its pods go to (Kueue: its admitted flavor's), or why there is none
     pool: P.NodePool | None = None
     pool_error: str | None = None
+    #: its Kueue Workload as the reconcile read it (None: in no queue, or not created yet)
+    workload: dict[str, Any] | None = None
+
+    @classmethod
+    def read(
+        cls,
+        body: dict[str, Any],
+        spec: AdaptiveJobSpec,
+        pool: P.NodePool | FlavorError | None = None,
+        workload: dict[str, Any] | None = None,
+    ) -> KubeStepContext:
+        """The context of a reconcile that read ``body`` (``pool``: the admitted flavor's
+        nodes, or why its flavors give none: each pod create then fails saying so)."""
+        if isinstance(pool, FlavorError):
+            return cls(body, spec, pool_error=str(pool), workload=workload)
+        return cls(body, spec, pool=pool, workload=workload)
+
+
+def step_context(job: JobRecord) -> KubeStepContext:
+    """The Kubernetes context the record carries; a record built without one is a bug of the
+    caller (the handlers build every record they step with one)."""
+    ctx = job.context
+    if not isinstance(ctx, KubeStepContext):
+        raise TypeError(f"{job.key}: stepped without a KubeStepContext (got {type(ctx).__name__})")
+    return ctx
 
 
 class KubeWorkerBackend:
@@ -245,11 +291,20 @@ class KubeWorkerBackend:
         self.config = config
         #: every Event the backend emits goes here (tests pass a recorder: no kopf needed)
         self.events = events
-        self.steps: dict[str, StepContext] = {}
+        # What one reconcile read travels with its JobRecord (``KubeStepContext``); what is
+        # kept here must outlive a reconcile: the memory below (refused pods, waits, what was
+        # said once, jobs on down nodes) is what the next reconciles act on, and the round's
+        # listing is what ``round_nodes`` and the round's events reuse.
         #: job key -> the pod of its current group that the cluster refused to create, seen by
         #: the controller as a failed start (kept in memory: after an operator restart the
         #: create is simply tried, and refused, once more)
         self.refused: dict[str, PodState] = {}
+        #: job key -> why its current group could not be launched at the last try (a wait for
+        #: an outside cause: ``Waiting``), reported by ``observe`` until a launch succeeds.
+        #: Kept in memory like ``refused``: it must outlive the reconcile that found it (the
+        #: next one says it, the ones after try again), and after an operator restart the
+        #: launch is simply tried once more
+        self.blocked: dict[str, GroupBlocked] = {}
         self._listed: dict[str, dict[str, Any]] = {}  # the last round's objects, for its events
         #: job key -> what its namespace's ceiling capped, last said (each change said once)
         self.capped: dict[str, str] = {}
@@ -271,28 +326,13 @@ class KubeWorkerBackend:
         self._round_tolerations: list[list[Any]] | None = None
 
     # ---- one job's step
-    def begin(
-        self,
-        key: str,
-        body: dict[str, Any],
-        spec: AdaptiveJobSpec,
-        pool: P.NodePool | FlavorError | None = None,
-    ) -> None:
-        if isinstance(pool, FlavorError):
-            self.steps[key] = StepContext(body, spec, pool_error=str(pool))
-        else:
-            self.steps[key] = StepContext(body, spec, pool=pool)
-
-    def end(self, key: str) -> StepContext:
-        return self.steps.pop(key)
-
     def observe(self, job: JobRecord) -> ObservedWorkers:
         """The job's pods, and what its ranks' heartbeats said of their progress."""
         observed = self._observe_pods(job)
         return replace(observed, progress=self.config.progress.snapshot(job.key))
 
     def _observe_pods(self, job: JobRecord) -> ObservedWorkers:
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
         raw = self.store.list_pods(ref.namespace, P.job_selector(ref.name))
         own, ctx.foreign = split_pods(ref, raw)
@@ -303,7 +343,16 @@ class KubeWorkerBackend:
         else:
             self.on_down_nodes.discard(job.key)
         observed = observed_workers(ctx.pods, job.status.group, job.status.allocation, down)
-        return replace(observed, nodes_leaving=leaving)
+        return replace(observed, nodes_leaving=leaving, blocked=self._blocked(job))
+
+    def _blocked(self, job: JobRecord) -> GroupBlocked | None:
+        """The wait of the job's current group, if its last launch found one (older groups'
+        forgotten)."""
+        blocked = self.blocked.get(job.key)
+        if blocked is not None and blocked.group != job.status.group:
+            del self.blocked[job.key]
+            return None
+        return blocked
 
     def _node_marks(
         self, pods: Sequence[PodState], job: JobRecord
@@ -341,19 +390,28 @@ class KubeWorkerBackend:
         return [*pods, refused]
 
     def set_status(self, job: JobRecord, status: AdaptiveJobStatus) -> None:
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
         rv = ctx.body["metadata"].get("resourceVersion")
         self.store.patch_job_status(ref.namespace, ref.name, status_patch(status), rv)
 
     def create_group(self, job: JobRecord, action: CreateGroup) -> None:
-        ctx = self.steps[job.key]
-        if ctx.foreign:
-            raise Leftovers(
-                f"pod {ctx.foreign[0]} of a deleted job of the same name is still stopping"
-            )
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
-        self._ensure_resources(ref, ctx)
+        try:
+            if ctx.foreign:
+                raise Leftovers(
+                    f"pod {ctx.foreign[0]} of a deleted job of the same name is still stopping"
+                )
+            self._ensure_resources(ref, ctx)
+        except Waiting as exc:
+            blocked = GroupBlocked(action.group, exc.reason, exc.event, str(exc))
+            if self.blocked.get(job.key) == blocked:
+                return  # the wait the step already says: the next reconcile tries again
+            self.blocked[job.key] = blocked
+            log.info("%s: %s", job.key, exc)
+            raise  # a new wait: the reconcile starts over, and the lifecycle says it
+        waited = self.blocked.pop(job.key, None) is not None
         alloc = list(action.allocation)
         slots = P.node_slots(alloc)
         for index in pod_indices(alloc, action.ranks):
@@ -382,8 +440,10 @@ class KubeWorkerBackend:
                     raise
                 self.refused[job.key] = refused
                 raise Refused from exc
+        if waited:
+            raise WaitOver(f"{job.key}: group {action.group} launched after a wait")
 
-    def _ensure_resources(self, job: P.JobRef, ctx: StepContext) -> None:
+    def _ensure_resources(self, job: P.JobRef, ctx: KubeStepContext) -> None:
         store = self.store
         if not _create_child(store, P.build_service(job)):
             _require_own(job, store.get_service(job.namespace, P.service_name(job.name)), "Service")
@@ -420,7 +480,7 @@ class KubeWorkerBackend:
             )
 
     def delete_group(self, job: JobRecord, action: DeleteGroup) -> None:
-        ctx = self.steps[job.key]
+        ctx = step_context(job)
         ref = P.JobRef.from_body(ctx.body)
         for pod in ctx.pods:
             if pod.group != action.group:
@@ -434,9 +494,26 @@ class KubeWorkerBackend:
             elif not pod.deleting:
                 self.store.delete_pod(ref.namespace, pod.name, action.grace_s)
 
-    def emit_event(self, job: str, event: EmitEvent) -> None:
-        ctx = self.steps.get(job)
-        body = ctx.body if ctx is not None else self._listed.get(job)
+    def remove_exited(self, job: JobRecord, action: RemoveExited) -> None:
+        ctx = step_context(job)
+        ref = P.JobRef.from_body(ctx.body)
+        for pod in ctx.pods:
+            if pod.group in action.groups and not pod.deleting and pod.phase not in _LIVE:
+                self.store.delete_pod(ref.namespace, pod.name, 0)
+
+    def after_step(self, job: JobRecord, actions: Sequence[Action]) -> None:
+        """A job in a Kueue queue: its Workload finished with it, or its quota given back once
+        Kueue evicted it and its pods are gone (``kueue_sync.settle_workload``)."""
+        ctx = step_context(job)
+        written = [a.status for a in actions if isinstance(a, SetStatus)]
+        after = written[-1] if written else job.status
+        alive = any(p.phase in _LIVE for p in ctx.pods)
+        settle_workload(self.store, ctx.workload, after, alive, datetime.now(UTC))
+
+    def emit_event(self, job: JobRecord, event: EmitEvent) -> None:
+        # a step's record carries its object; the round's records are of its listing
+        ctx = job.context
+        body = ctx.body if isinstance(ctx, KubeStepContext) else self._listed.get(job.key)
         if body is not None:
             self.events(body, event.type, event.reason, event.message)
 

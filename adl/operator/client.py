@@ -145,10 +145,10 @@ class KubernetesBackend:
         cluster-autoscaler's status ConfigMap): then the nodes there now say nothing about the
         nodes the job will get (a cluster scaled to zero has none), and the node checks are
         skipped. What cannot be read counts as no autoscaler."""
-        pools = self._optional(
-            lambda: self.custom.list_cluster_custom_object(*KARPENTER_NODEPOOLS)["items"]
+        listed: Any = self._optional(
+            lambda: self.custom.list_cluster_custom_object(*KARPENTER_NODEPOOLS)
         )
-        if pools:
+        if isinstance(listed, dict) and listed.get("items"):
             return True
         status = self._optional(
             lambda: self.core.read_namespaced_config_map(*CLUSTER_AUTOSCALER_STATUS)

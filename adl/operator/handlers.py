@@ -25,23 +25,22 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from adl.controller.actions import CreateGroup, SetStatus
+from adl.controller.actions import SetStatus
 from adl.controller.driver import Driver
 from adl.controller.job_record import JobRecord
-from adl.controller.lifecycle import starting_message
 from adl.controller.liveness import ProgressBook, judge
 from adl.controller.rounds import RoundResult
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Condition, Phase
 from adl.operator import backend as B
 from adl.operator import event_posting
 from adl.operator import pods as P
-from adl.operator.backend import KubeWorkerBackend, OperatorConfig, status_patch
+from adl.operator.backend import KubeStepContext, KubeWorkerBackend, OperatorConfig, status_patch
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.disruption import describe, leaving_reason
 from adl.operator.job_causes import cause_digest
 from adl.operator.kueue import FlavorError
-from adl.operator.kueue_sync import admitted_pool, ensure_workload, settle_workload
-from adl.operator.observe import PodPhase, classify_all, finished_leftovers
+from adl.operator.kueue_sync import admitted_pool, ensure_workload
+from adl.operator.observe import classify_all
 from adl.operator.pods import NodePool
 from adl.operator.retries import API_RETRIES
 from adl.operator.scheduling import desired_allocation
@@ -93,8 +92,6 @@ class Runtime:
         self.rounds = RoundStats()
         self.exiting = False
         self.reconciled: dict[str, float] = {}  # job key -> monotonic time of the last reconcile
-        #: job key -> what of a deleted job of the same name it waits for (said once)
-        self.waiting: dict[str, str] = {}
         #: job key -> the causes (``job_causes.cause_digest``) of its last event reacted to
         self.causes: dict[str, str] = {}
         #: the jobs seen and not being deleted: the loop runs no periodic round without one
@@ -140,13 +137,6 @@ def _status_of(body: dict[str, Any]) -> AdaptiveJobStatus:
     return AdaptiveJobStatus.from_object(body)
 
 
-#: the status reason of a job that waits for a deleted namesake's pods and objects to go
-WAITING_FOR_PREVIOUS_JOB = B.Leftovers.reason
-#: status reasons of a job waiting for a child object it may not use or cannot have yet
-#: (see ``B.Waiting``)
-WAIT_REASONS = frozenset({B.Leftovers.reason, B.NotOwned.reason, *B.REJECTED_REASONS.values()})
-
-
 async def _fail_invalid(rt: Runtime, body: dict[str, Any], error: ValidationError) -> None:
     status = _status_of(body)
     if status.phase == Phase.FAILED:
@@ -178,31 +168,6 @@ async def reconcile_job(rt: Runtime, namespace: str | None, name: str) -> None:
         await cluster_round(rt, force=True)
 
 
-def _step(
-    rt: Runtime,
-    job: JobRecord,
-    body: dict[str, Any],
-    spec: AdaptiveJobSpec,
-    pool: NodePool | FlavorError | None = None,
-) -> Any:
-    """The driver's step of one job with what the reconcile read (in a worker thread)."""
-    rt.backend.begin(job.key, body, spec, pool)
-    try:
-        actions = rt.driver.step_job(job, _now())
-    finally:
-        ctx = rt.backend.end(job.key)
-    return actions, ctx
-
-
-def _tear_down(rt: Runtime, job: JobRecord, body: dict[str, Any]) -> None:
-    """Stop every group of a deleted job (in a worker thread)."""
-    rt.backend.begin(job.key, body, job.spec)
-    try:
-        rt.driver.tear_down(job)
-    finally:
-        rt.backend.end(job.key)
-
-
 async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
     """Read the job, step it through the driver; retried on conflicts. Returns whether this
     step gave GPUs back (a job holding some finished or was suspended)."""
@@ -231,15 +196,6 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                 if rt.config.kueue
                 else (None, None)
             )
-            job = JobRecord(
-                key,
-                spec,
-                status,
-                created,
-                desired,
-                ceiling=admitted.ceiling if admitted else None,
-                quota_wait=admitted.waiting_message() if admitted else None,
-            )
             # its pods go to the admitted flavor's nodes (a flavor that gives none: a failed
             # start that says why)
             pool: NodePool | FlavorError | None = None
@@ -248,39 +204,24 @@ async def _reconcile_job(rt: Runtime, namespace: str | None, name: str) -> bool:
                     pool = await asyncio.to_thread(admitted_pool, rt.store, admitted)
                 except FlavorError as exc:
                     pool = exc
+            job = JobRecord(
+                key,
+                spec,
+                status,
+                created,
+                desired,
+                ceiling=admitted.ceiling if admitted else None,
+                quota_wait=admitted.waiting_message() if admitted else None,
+                context=KubeStepContext.read(body, spec, pool, workload),
+            )
             try:
-                actions, ctx = await asyncio.to_thread(_step, rt, job, body, spec, pool)
-            except (Conflict, B.Refused):
+                # the driver's step with what this reconcile read, in a worker thread
+                actions = await asyncio.to_thread(rt.driver.step_job, job, _now())
+            except (Conflict, B.StepAgain):
+                # a conflict: read again; a refused pod, a wait for an outside cause begun or
+                # over: the next step acts on it (a failed start; the status saying why, or
+                # Starting again)
                 continue
-            except B.Waiting as exc:  # the next look at a starting job tries again
-                if rt.waiting.get(key) != str(exc):  # say so once per thing waited for
-                    rt.waiting[key] = str(exc)
-                    log.info("%s: %s", key, exc)
-                    rt.backend.events(body, "Warning", exc.event, str(exc))
-                    # and in the status, where `adl describe` and `kubectl get aj` look
-                    waiting = {"reason": exc.reason, "message": str(exc)}
-                    await asyncio.to_thread(
-                        rt.store.patch_job_status, namespace, name, waiting, None
-                    )
-                return False
-            rt.waiting.pop(key, None)
-            written = [a.status for a in actions if isinstance(a, SetStatus)]
-            now_says = (written[-1] if written else status).reason
-            created_group = any(isinstance(a, CreateGroup) for a in actions)
-            if created_group and now_says in WAIT_REASONS:
-                # the wait is over (also when it ended while no operator was running): the
-                # group's pods exist now, and the status says so again
-                said = {
-                    "reason": "Starting",
-                    "message": starting_message(status.group, status.allocation),
-                }
-                await asyncio.to_thread(rt.store.patch_job_status, namespace, name, said, None)
-            if workload is not None:
-                alive = any(p.phase in (PodPhase.PENDING, PodPhase.RUNNING) for p in ctx.pods)
-                after = written[-1] if written else status
-                await asyncio.to_thread(settle_workload, rt.store, workload, after, alive, _now())
-            for pod in finished_leftovers(ctx.pods, status.group):
-                await asyncio.to_thread(rt.store.delete_pod, namespace, pod.name, 0)
             return bool(status.allocation) and any(
                 isinstance(a, SetStatus) and a.status.phase.sits_out_rounds for a in actions
             )
@@ -582,8 +523,9 @@ async def on_delete(
         except ValidationError:
             spec = None
         if spec is not None:
-            job = JobRecord(key, spec, status, _now(), desired_allocation(body))
-            await asyncio.to_thread(_tear_down, rt, job, dict(body))
+            context = KubeStepContext.read(dict(body), spec)
+            job = JobRecord(key, spec, status, _now(), desired_allocation(body), context=context)
+            await asyncio.to_thread(rt.driver.tear_down, job)
         else:  # an invalid job never ran workers, but clean up whatever is there
             raw = await asyncio.to_thread(rt.store.list_pods, namespace, P.job_selector(name))
             for pod in classify_all(raw):
@@ -591,7 +533,7 @@ async def on_delete(
     rt.locks.pop(key, None)
     rt.reconciled.pop(key, None)
     rt.backend.refused.pop(key, None)
-    rt.waiting.pop(key, None)
+    rt.backend.blocked.pop(key, None)
     rt.causes.pop(key, None)
     rt.jobs.discard(key)
     rt.backend.on_down_nodes.discard(key)

@@ -199,12 +199,3 @@ def pod_indices(allocation: Sequence[str], ranks: Iterable[int]) -> list[int]:
         for i, (first, (_, n)) in enumerate(zip(offsets, slots, strict=True))
         if wanted & set(range(first, first + n))
     ]
-
-
-def finished_leftovers(pods: Iterable[PodState], group: int, keep: int = 1) -> list[PodState]:
-    """Exited pods of groups older than the last ``keep`` before ``group``: nothing runs in
-    them any more, and the previous group's are kept for post-mortem logs."""
-    return [p for p in pods if p.group < group - keep and not p.deleting and p.phase not in _ALIVE]
-
-
-_ALIVE = (PodPhase.PENDING, PodPhase.RUNNING)

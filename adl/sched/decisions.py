@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from adl.sched.types import JobInfo, NodeInfo
 
@@ -332,12 +332,13 @@ class Hold:
         return f"{text} ({'; '.join(why)})"
 
 
-@runtime_checkable
 class ExplainsHolds(Protocol):
-    """Capability: the policy can say why it left a job at its size while GPUs stayed free
-    beside it (``adl describe``: ``not grown: ...``). ``allocation`` is its answer for these
-    ``jobs``, ``nodes`` and ``previous``; the answer holds a ``Hold`` for each job it kept as
-    it was, below its maximum, with enough GPUs left free to grow it."""
+    """The method of the capability ``PolicyEntry.explains_holds`` (asked only of a policy
+    whose registry entry declares it: ``registry.holds_explainer``): the policy can say why it
+    left a job at its size while GPUs stayed free beside it (``adl describe``: ``not grown:
+    ...``). ``allocation`` is its answer for these ``jobs``, ``nodes`` and ``previous``; the
+    answer holds a ``Hold`` for each job it kept as it was, below its maximum, with enough GPUs
+    left free to grow it."""
 
     def explain_holds(
         self,

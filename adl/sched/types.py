@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -24,8 +24,9 @@ def linear_speedup(num_nodes: ArrayLike, num_replicas: ArrayLike) -> NDArray[np.
 
 
 class JobMode(StrEnum):
-    """How a job chooses its batch size and replica count; a policy's ``job_mode`` attribute
-    says which its jobs use (adaptive unless it says otherwise: the baselines do)."""
+    """How a job chooses its batch size and replica count; a policy's registry entry says
+    which its jobs use (``adl.sched.registry.PolicyEntry.job_mode``: adaptive unless it says
+    otherwise, as the fixed-size baselines do)."""
 
     ADAPTIVE = "adaptive"  # batch re-picked for goodput; any replica count the policy gives
     FIXED_BATCH = "fixed_batch"  # the workload's batch size; replica count from the policy
@@ -108,10 +109,11 @@ class Policy(Protocol):
     ) -> Allocation: ...
 
 
-@runtime_checkable
 class RanksByPredictedRemaining(Protocol):
-    """Capability: the policy may rank jobs of undeclared length by the driver's prediction
-    (``JobInfo.expected_remaining_s``). Only then does a decision name the prediction; a policy
-    without it (the baselines), or one that turned it off, never read it."""
+    """The method of the capability ``PolicyEntry.ranks_by_prediction`` (asked only of a
+    policy whose registry entry declares it: ``registry.prediction_ranker``): the policy may
+    rank jobs of undeclared length by the driver's prediction (``JobInfo.expected_remaining_s``).
+    Only then does a decision name the prediction; a policy without it (the baselines), or one
+    that turned it off, never read it."""
 
     def ranks_by_predicted_remaining(self) -> bool: ...

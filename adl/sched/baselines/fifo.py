@@ -6,14 +6,12 @@ from collections.abc import Mapping, Sequence
 
 from adl.sched.baselines.placement import free_gpus, place_most_free
 from adl.sched.gpu_types import one_type_per_job
-from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
+from adl.sched.types import Allocation, JobInfo, NodeInfo
 
 
 class FifoPolicy:
     """Each job gets exactly ``max_replicas`` GPUs in arrival order and keeps them to the end;
     a job that does not fit blocks everyone behind it."""
-
-    job_mode = JobMode.FIXED
 
     def __init__(self, seed: int = 0) -> None:
         del seed  # deterministic

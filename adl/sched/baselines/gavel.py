@@ -40,7 +40,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_array
 
 from adl.sched.placement import Cluster
-from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
+from adl.sched.types import Allocation, JobInfo, NodeInfo
 
 
 class TypeStepOracle(Protocol):
@@ -120,8 +120,6 @@ def max_min_fractions(
 
 class GavelPolicy:
     """Gavel's heterogeneity-aware max-min fairness with its round-based rounding."""
-
-    job_mode = JobMode.FIXED
 
     def __init__(self, seed: int = 0, settings: GavelSettings | None = None) -> None:
         del seed  # deterministic

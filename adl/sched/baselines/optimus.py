@@ -16,7 +16,7 @@ from typing import Protocol
 
 from adl.sched.baselines.placement import free_gpus, place_most_free
 from adl.sched.gpu_types import one_type_per_job
-from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
+from adl.sched.types import Allocation, JobInfo, NodeInfo
 
 
 class StepOracle(Protocol):
@@ -30,8 +30,6 @@ class StepOracle(Protocol):
 
 class OptimusOraclePolicy:
     """Marginal-gain GPU allocation driven by exact remaining work (simulation only)."""
-
-    job_mode = JobMode.FIXED_BATCH
 
     def __init__(self, seed: int = 0) -> None:
         del seed  # deterministic

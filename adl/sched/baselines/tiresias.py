@@ -15,15 +15,13 @@ from collections.abc import Mapping, Sequence
 
 from adl.sched.baselines.placement import free_gpus, place_most_free
 from adl.sched.gpu_types import one_type_per_job
-from adl.sched.types import Allocation, JobInfo, JobMode, NodeInfo
+from adl.sched.types import Allocation, JobInfo, NodeInfo
 
 QUEUE_THRESHOLD_GPU_S = 16 * 3600
 
 
 class TiresiasPolicy:
     """Two-queue discretized least-attained-service, all-or-nothing."""
-
-    job_mode = JobMode.FIXED
 
     def __init__(self, seed: int = 0, threshold_gpu_s: float = QUEUE_THRESHOLD_GPU_S) -> None:
         del seed  # deterministic

@@ -19,9 +19,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast
 
 from adl.sched.decisions import Decision, explain
+from adl.sched.registry import PolicyEntry, entry_of, prediction_ranker
 from adl.sched.sim.cost import ClusterBill
 from adl.sched.sim.elastic import ElasticCluster, ElasticConfig
 from adl.sched.sim.job import (
@@ -36,7 +37,7 @@ from adl.sched.sim.traces import AppTrace, load_traces
 from adl.sched.sim.truth import TrueGoodput, TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob, load_workload
 from adl.sched.type_history import TypeSpeedHistory
-from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy, RanksByPredictedRemaining
+from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
 from adl.sched.work_history import WorkHistory
 
 
@@ -223,9 +224,9 @@ class SimulatorOracle:
         return step + s * (step - sync)
 
 
-@runtime_checkable
 class OracleAware(Protocol):
-    """A baseline that is given trace knowledge (Optimus+Oracle)."""
+    """The method of the capability ``PolicyEntry.binds_oracle`` (called only on a policy
+    whose registry entry declares it): the policy is given trace knowledge before a replay."""
 
     def bind_oracle(self, oracle: SimulatorOracle) -> None: ...
 
@@ -270,11 +271,6 @@ class SimResult:
 ProgressFn = Callable[[int, int, int], None]  # (sim time, finished jobs, total jobs)
 
 
-def job_mode_of(policy: Policy) -> JobMode:
-    """Baselines declare how their jobs behave; anything else drives adaptive jobs."""
-    return JobMode(getattr(policy, "job_mode", JobMode.ADAPTIVE))
-
-
 class Simulator:
     """Replays one workload under one policy."""
 
@@ -284,10 +280,14 @@ class Simulator:
         policy: Policy,
         traces: Mapping[str, AppTrace],
         config: SimConfig | None = None,
+        entry: PolicyEntry | None = None,
     ) -> None:
+        """``entry``: the policy's registry entry, which says what it can do (default: the one
+        its class is registered under, ``registry.entry_of``; pass it for a wrapped policy)."""
         self.config = config or SimConfig()
         self.policy = policy
-        mode = job_mode_of(policy)
+        self.entry = entry or entry_of(policy)
+        mode = self.entry.job_mode
         missing = sorted({w.application for w in workload} - set(traces))
         if missing:
             raise ValueError(f"no traces for applications: {', '.join(missing)}")
@@ -324,8 +324,9 @@ class Simulator:
         self.now = 0
         self.history = WorkHistory()
         self._recorded: set[str] = set()
-        if isinstance(policy, OracleAware):
-            policy.bind_oracle(SimulatorOracle(self.by_name, c.gpus_per_node, c))
+        if self.entry.binds_oracle:
+            oracle = SimulatorOracle(self.by_name, c.gpus_per_node, c)
+            cast(OracleAware, policy).bind_oracle(oracle)
 
     def _truth(self, app: AppTrace, epoch: int) -> TrueSpeedup:
         """True speedups of ``app``, shared by its jobs; epochs in tenths of training (the
@@ -454,10 +455,8 @@ class Simulator:
         left = max(total - sum(len(v) for v in new.values()), 0)
         reported = {i.name: True for i in infos}
         infos_by = {i.name: i for i in infos}
-        policy = self.policy
-        uses = False
-        if isinstance(policy, RanksByPredictedRemaining):
-            uses = policy.ranks_by_predicted_remaining()
+        ranker = prediction_ranker(self.policy, self.entry)
+        uses = ranker is not None and ranker.ranks_by_predicted_remaining()
         decided = explain(
             changed, previous, infos_by, free, reported, free_after=left, predictions_used=uses
         )
@@ -553,8 +552,9 @@ def simulate(
     traces: Path | str | Mapping[str, AppTrace] | None = None,
     config: SimConfig | None = None,
     progress: ProgressFn | None = None,
+    entry: PolicyEntry | None = None,
 ) -> SimResult:
     """Convenience wrapper: load what is needed and replay ``workload`` under ``policy``."""
     jobs = load_workload(workload) if isinstance(workload, Path | str) else list(workload)
     apps = traces if isinstance(traces, Mapping) else load_traces(traces)
-    return Simulator(jobs, policy, apps, config).run(progress)
+    return Simulator(jobs, policy, apps, config, entry).run(progress)

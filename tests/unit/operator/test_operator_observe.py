@@ -93,18 +93,6 @@ def test_pod_indices_for_missing_ranks() -> None:
     assert pod_indices(alloc, [1, 4]) == [0, 2]
 
 
-def test_finished_pods_of_old_groups_are_leftovers() -> None:
-    from adl.operator.observe import PodState, finished_leftovers
-
-    pods = [
-        PodState("j-g1-0", 1, 0, PodPhase.FAILED),
-        PodState("j-g2-0", 2, 0, PodPhase.FAILED),  # previous group: kept for its logs
-        PodState("j-g3-0", 3, 0, PodPhase.RUNNING),
-        PodState("j-g0-0", 0, 0, PodPhase.RUNNING),  # alive: the lifecycle stops it first
-    ]
-    assert [p.name for p in finished_leftovers(pods, group=3)] == ["j-g1-0"]
-
-
 def test_a_deleted_pod_says_when_its_stop_is_due() -> None:
     body = pod("Running", {"running": {}})
     body["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from adl.sched.decisions import HELD_MARGIN, HELD_NO_FASTER, HELD_RESTART, ExplainsHolds
+from adl.sched import registry
+from adl.sched.decisions import HELD_MARGIN, HELD_NO_FASTER, HELD_RESTART
 from adl.sched.policy import AdlPolicy
 from adl.sched.types import JobInfo, NodeInfo
 
@@ -37,11 +38,12 @@ def job(speedup: Any, remaining_s: float, restart_cost_s: float) -> JobInfo:
 
 def held(info: JobInfo) -> Any:
     policy = AdlPolicy()
-    assert isinstance(policy, ExplainsHolds)
+    explainer = registry.holds_explainer(policy)
+    assert explainer is not None  # the adl policy declares the capability
     previous = {"a": ["n0"]}
     answer = policy.optimize([info], NODES, previous)
     assert answer == previous  # it stays at 1 replica, 3 GPUs left free
-    return policy.explain_holds([info], NODES, previous, answer)["a"]
+    return explainer.explain_holds([info], NODES, previous, answer)["a"]
 
 
 def test_a_short_remaining_does_not_repay_the_restart() -> None:
