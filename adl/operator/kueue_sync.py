@@ -3,6 +3,7 @@ its admission, and give quota back (``adl.operator.kueue`` holds the pure parts 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -11,11 +12,13 @@ from typing import Any
 from adl.models import AdaptiveJobSpec, AdaptiveJobStatus, Phase
 from adl.operator.kueue import (
     Admission,
+    QueueUsage,
     admission,
     finished_patch,
     flavor_pool,
     owner_uid,
     queue_of,
+    queue_usage,
     release_patch,
     workload_manifest,
     workload_name,
@@ -41,8 +44,32 @@ def ensure_workload(
         if store.create_workload(workload_manifest(body, spec, resource)):
             log.info("%s/%s: Workload %s created in queue %s", meta["namespace"], meta["name"],
                      name, queue)  # fmt: skip
-        return None, Admission(queue=queue, count=0)
-    return workload, admission(workload)
+        adm = Admission(queue=queue, count=0)
+    else:
+        adm = admission(workload)
+    if adm.ceiling == 0 and adm.evicted is None and not adm.finished:
+        # why it waits names the queue's use of its quota: two GETs, only while it waits
+        usage = read_queue_usage(store, meta["namespace"], queue, resource)
+        adm = dataclasses.replace(adm, usage=usage)
+    return workload, adm
+
+
+def read_queue_usage(
+    store: KubeStore, namespace: str, queue: str, resource: str
+) -> QueueUsage | str:
+    """The GPUs in use in the ClusterQueue behind LocalQueue ``queue`` against its quota, or
+    why they cannot be told (a missing queue is also why Kueue admits nothing)."""
+    local = store.get_local_queue(namespace, queue)
+    if local is None:
+        return f"LocalQueue {queue} does not exist in namespace {namespace}"
+    name = str((local.get("spec") or {}).get("clusterQueue") or "")
+    cluster = store.get_cluster_queue(name) if name else None
+    if cluster is None:
+        return f"its ClusterQueue {name or '(none named)'} does not exist"
+    try:
+        return queue_usage(cluster, resource)
+    except ValueError:  # a quantity with a suffix no GPU count has
+        return f"ClusterQueue {name} reports a {resource} quantity adl cannot read"
 
 
 def settle_workload(
