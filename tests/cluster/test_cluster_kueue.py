@@ -8,6 +8,7 @@ from typing import Any
 
 from chart_install import Installation
 from cluster_jobs import bound_claim, job_manifest
+from controlplane import ControlPlane
 from kubernetes import client
 from kueue_install import Kueue
 from operator_process import OperatorProcess
@@ -437,3 +438,158 @@ def test_an_adaptive_job_runs_only_on_the_nodes_of_its_admitted_flavor(
             details=lambda: str([(p.metadata.name, p.spec.node_name) for p in pods()]),
         )
     core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
+
+
+def reported_model(sync_s: float) -> dict[str, Any]:
+    """A throughput model as a job reports it (``status.hints``), measured on 4 replicas:
+    ``sync_s`` seconds per gradient sync, per replica beyond two too (small: it scales well)."""
+    return {
+        "initBatchSize": 64,
+        "maxBatchSize": 4096,
+        "localBszBounds": [32, 256],
+        "perfParams": {
+            "alphaC": 0.05,
+            "betaC": 0.002,
+            "alphaN": sync_s,
+            "betaN": sync_s / 2,
+            "alphaR": sync_s,
+            "betaR": sync_s / 2,
+            "gamma": 1.0,
+        },
+        "gradParams": {"sqr": 1.0, "var": 1000.0},
+        "maxProfiledReplicas": 4,
+    }
+
+
+def team_gpus_within_admissions(
+    api: client.ApiClient, namespace: str, teams: dict[str, list[str]]
+) -> dict[str, int]:
+    """GPUs the live pods of each team's jobs request (``teams``: queue -> its jobs), asserted
+    never above the GPUs Kueue admitted the team's Workloads (their admissions'
+    ``resourceUsage``), both read from the API server."""
+    core = client.CoreV1Api(api)
+    held: dict[str, int] = {}
+    pods = core.list_namespaced_pod(namespace, label_selector="adl.dev/job").items
+    for queue, jobs in teams.items():
+        held[queue] = 0
+        for pod in pods:
+            if pod.metadata.labels["adl.dev/job"] not in jobs:
+                continue
+            if pod.metadata.deletion_timestamp:  # no kubelet confirms a graceful delete
+                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                continue
+            for c in pod.spec.containers:
+                held[queue] += int((c.resources.requests or {}).get("nvidia.com/gpu", 0))
+    workloads = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        *KUEUE, namespace, "workloads"
+    )["items"]
+    for queue, gpus in held.items():
+        admitted = 0
+        for wl in workloads:
+            conds = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions", [])}
+            if wl["spec"]["queueName"] != queue or conds.get("Admitted") != "True":
+                continue
+            for assignment in wl["status"]["admission"]["podSetAssignments"]:
+                admitted += int((assignment.get("resourceUsage") or {}).get("nvidia.com/gpu", 0))
+        assert gpus <= admitted, f"team {queue}: {gpus} GPUs held, {admitted} admitted"
+    return held
+
+
+def test_two_teams_hold_no_more_than_kueue_admitted_and_adl_shares_a_teams_gpus_by_goodput(
+    kueue: Kueue,
+    control_plane: ControlPlane,
+    admin_api: client.ApiClient,
+    namespace: str,
+    install_chart: Callable[..., Installation],
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """Two teams' ClusterQueues in one cohort: A with 8 GPUs of nominal quota, B with 4, on
+    one 8-GPU node. Team A runs two jobs of 1 to 4 replicas, one that scales well and one
+    whose gradient syncs dominate (their reported models), B one job of 1 to 4: Kueue admits
+    all three for 4 replicas (12 GPUs admitted, 8 on the node). Within what Kueue admitted adl
+    shares the node by goodput: the well-scaling job of team A gets more than the other,
+    which runs fewer than its 4 admitted. At every poll, each team's pods request no more GPUs
+    than its Workloads' admissions, both read from the API server. A second job of team B
+    waits, and says why with its queue's use of its quota. No call of the operator to Kueue's
+    objects is refused by the chart's RBAC (the audit log)."""
+    custom = client.CustomObjectsApi(admin_api)
+    cohort = f"c-{namespace}"[:63]
+    team_a, team_b = f"a-{namespace}"[:63], f"b-{namespace}"[:63]
+    create_queues(admin_api, namespace, team_a, gpus=8, cohort=cohort)
+    create_queues(admin_api, namespace, team_b, gpus=4, cohort=cohort)
+    installation = install_chart({"scheduler": {"interval": 2}, "kueue": {"enabled": True}})
+    operator = start_operator(installation).wait_ready()
+    claim = bound_claim(admin_api, namespace, "ckpt")
+    teams = {team_a: ["fast", "slow"], team_b: ["other", "waiter"]}
+
+    def status(name: str) -> dict[str, Any]:
+        body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return dict(body.get("status") or {})
+
+    def submit(name: str, queue: str, suspend: bool) -> None:
+        job = job_manifest(name, minReplicas=1, maxReplicas=4, suspend=suspend)
+        job["metadata"]["labels"] = {QUEUE_LABEL: queue}
+        job["spec"]["checkpoint"] = {"claimName": claim}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
+
+    def held() -> dict[str, int]:
+        """GPUs per job, checked per team against Kueue's admissions first."""
+        team_gpus_within_admissions(admin_api, namespace, teams)
+        return {name: len(status(name).get("allocation") or []) for name in ("fast", "slow")}
+
+    with StaticNodes(admin_api, {f"gpu-{namespace}"[:63]: 8}):
+        # suspended until their models are in their status: the first round already sees them
+        for name, queue in (("fast", team_a), ("slow", team_a), ("other", team_b)):
+            submit(name, queue, suspend=True)
+        for name, sync_s in (("fast", 0.001), ("slow", 2.0)):
+            custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": {"hints": reported_model(sync_s)}},
+            )
+        for name in ("fast", "slow", "other"):
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"spec": {"suspend": False}}
+            )
+        wait_for(
+            lambda: all(status(n).get("admitted") == 4 for n in ("fast", "slow", "other")),
+            timeout=90,
+            what="all three jobs admitted for 4 replicas",
+            details=lambda: f"{[status(n) for n in ('fast', 'slow')]}\n{operator.tail()}",
+        )
+        shares = wait_for(
+            lambda: s if (s := held())["fast"] > s["slow"] >= 1 else None,
+            timeout=90,
+            what="team A's well-scaling job given more GPUs than its other one",
+            details=lambda: f"{held()}\n{operator.tail()}",
+        )
+        assert shares["slow"] < 4, shares  # adl's choice: Kueue admitted it 4
+        assert team_gpus_within_admissions(admin_api, namespace, teams)[team_a] <= 8
+
+        submit("waiter", team_b, suspend=False)
+        why = f"waiting for admission in queue {team_b}: 4 GPUs of 4 in use"
+        said = wait_for(
+            lambda: st if (st := status("waiter")).get("message") == why else None,
+            timeout=60,
+            what="the second job of team B waiting, with its queue's usage",
+            details=lambda: (
+                f"{status('waiter')}\n"
+                f"{custom.get_cluster_custom_object(*KUEUE, 'clusterqueues', team_b)}\n"
+                f"{operator.tail()}"
+            ),
+        )
+        assert said["reason"] == "WaitingForAdmission", said
+        # the shares held over the rounds that ran meanwhile, within the admissions
+        assert held()["fast"] > held()["slow"]
+    refused = sorted(
+        {
+            f"{e['verb']} {e['objectRef'].get('resource')}"
+            for e in control_plane.audit_events(installation.username)
+            if (e.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
+        }
+    )
+    assert refused == [], f"the authorizer refused the operator: {refused}"
+    client.CoreV1Api(admin_api).delete_persistent_volume(f"{namespace}-ckpt"[:63])
