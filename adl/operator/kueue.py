@@ -290,13 +290,18 @@ def release_patch(workload: Mapping[str, Any], now: datetime) -> dict[str, Any]:
 
 
 def finished_patch(
-    workload: Mapping[str, Any], succeeded: bool, message: str, now: datetime
+    workload: Mapping[str, Any],
+    succeeded: bool,
+    message: str,
+    now: datetime,
+    reason: str | None = None,
 ) -> dict[str, Any]:
-    """Finish the Workload: Kueue releases its quota."""
+    """Finish the Workload: Kueue releases its quota. ``reason``: other than the job's
+    outcome (a slice replaced or withdrawn while the job goes on)."""
     kept = [
         c for c in (workload.get("status") or {}).get("conditions") or [] if c["type"] != "Finished"
     ]
-    reason = "Succeeded" if succeeded else "Failed"
+    reason = reason or ("Succeeded" if succeeded else "Failed")
     return {"status": {"conditions": [*kept, _cond("Finished", "True", reason, message, now)]}}
 
 

@@ -49,10 +49,11 @@ NAMESPACED_PERMISSIONS: frozenset[Permission] = frozenset(
     ]
 )
 
-#: With Kueue (``--kueue``, the chart's ``kueue.enabled``), in the same namespaces: the Workload
-#: that stands for each queued job, read for its admission (listed once a round), its status
-#: patched to give an evicted or finished job's quota back. No update or delete: the job owns
-#: it (garbage collection). And get on the LocalQueue a waiting job names: its ClusterQueue,
+#: With Kueue (``--kueue``, the chart's ``kueue.enabled``), in the same namespaces: the Workloads
+#: that stand for each queued job (a second one asks to grow it: ``kueue_slices``), read for
+#: their admission (listed once a round, and by the job's label when it is reconciled), their
+#: status patched to give an evicted or finished job's quota back. No update or delete: the job
+#: owns them (garbage collection). And get on the LocalQueue a waiting job names: its ClusterQueue,
 #: whose use of its quota the job's wait message states.
 KUEUE_PERMISSIONS: frozenset[Permission] = frozenset(
     [

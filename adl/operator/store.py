@@ -27,6 +27,7 @@ from adl.operator.kueue import (
     RESOURCE_FLAVORS,
     WORKLOADS,
 )
+from adl.operator.kueue_slices import LABEL_JOB_UID
 from adl.operator.pods import matches_selector
 
 MERGE = "application/merge-patch+json"
@@ -174,6 +175,17 @@ class KubeStore:
     def list_workloads(self, namespace: str) -> list[dict[str, Any]]:
         out: Any = self.custom.list_namespaced_custom_object(
             KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS
+        )
+        return list(out.get("items") or [])
+
+    def list_job_workloads(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """The Workloads of one job (its slices), by the label adl puts on them."""
+        out: Any = self.custom.list_namespaced_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            namespace,
+            WORKLOADS,
+            label_selector=f"{LABEL_JOB_UID}={uid}",
         )
         return list(out.get("items") or [])
 

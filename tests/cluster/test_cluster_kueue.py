@@ -16,6 +16,7 @@ from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.kueue import QUEUE_LABEL
+from adl.operator.kueue_slices import ANNOTATION_SLICE as SLICE
 from tests.waiting import wait_for
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -593,3 +594,108 @@ def test_two_teams_hold_no_more_than_kueue_admitted_and_adl_shares_a_teams_gpus_
     )
     assert refused == [], f"the authorizer refused the operator: {refused}"
     client.CoreV1Api(admin_api).delete_persistent_volume(f"{namespace}-ckpt"[:63])
+
+
+def test_a_partially_admitted_job_grows_once_the_other_teams_job_finishes(
+    kueue: Kueue,
+    admin_api: client.ApiClient,
+    namespace: str,
+    install_chart: Callable[..., Installation],
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """Two teams' queues of 4 GPUs each in one cohort, one 8-GPU node. Team B's plain Job of 7
+    GPUs borrows 3 of team A's quota; team A's job (1 to 4 replicas) is partially admitted for
+    the 1 left. The job asks again with a replacement Workload (a Kueue Workload slice, for 4),
+    which waits until B's Job finishes: Kueue then admits it and finishes the first, and adl runs
+    the job on 4, through one resize, without ever stopping it for want of an admission. Its
+    pods never request more GPUs than the admission of its current Workload."""
+    core = client.CoreV1Api(admin_api)
+    batch = client.BatchV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    cohort = f"c-{namespace}"[:63]
+    team_a, team_b = f"a-{namespace}"[:63], f"b-{namespace}"[:63]
+    create_queues(admin_api, namespace, team_a, gpus=4, cohort=cohort)
+    create_queues(admin_api, namespace, team_b, gpus=4, cohort=cohort)
+    installation = install_chart({"scheduler": {"interval": 2}, "kueue": {"enabled": True}})
+    operator = start_operator(installation).wait_ready()
+    claim = bound_claim(admin_api, namespace, "ckpt")
+
+    def workloads() -> list[dict[str, Any]]:
+        items = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
+        return [w for w in items if w["metadata"]["name"].startswith("adaptivejob-")]
+
+    def admitted_now() -> int:
+        """The admission of the job's admitted, unfinished Workload (Kueue admits one slice
+        at a time; 0: none)."""
+        counts = []
+        for wl in workloads():
+            conds = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions", [])}
+            if conds.get("Admitted") == "True" and conds.get("Finished") != "True":
+                counts.append(int(wl["status"]["admission"]["podSetAssignments"][0]["count"]))
+        assert len(counts) <= 1, f"two slices of the job admitted at once: {workloads()}"
+        return counts[0] if counts else 0
+
+    def replicas() -> int:
+        gpus = 0
+        for pod in core.list_namespaced_pod(namespace, label_selector="adl.dev/job=grower").items:
+            if pod.metadata.deletion_timestamp:
+                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                continue
+            gpus += int(pod.spec.containers[0].resources.requests["nvidia.com/gpu"])
+        ceiling = admitted_now()
+        assert gpus <= ceiling, f"{gpus} GPUs requested, {ceiling} admitted"
+        admitted_seen.append(ceiling)
+        return gpus
+
+    admitted_seen: list[int] = []  # the job's admission at every poll
+
+    def status() -> dict[str, Any]:
+        body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "grower")
+        return dict(body.get("status") or {})
+
+    with StaticNodes(admin_api, {f"gpu-{namespace}"[:63]: 8}):
+        batch.create_namespaced_job(namespace, batch_job("borrower", team_b, gpus=7))
+        wait_for(
+            lambda: not batch.read_namespaced_job("borrower", namespace).spec.suspend,
+            timeout=60,
+            what="team B's Job admitted, borrowing 3 of team A's GPUs",
+            details=kueue.tail,
+        )
+        job = job_manifest("grower", minReplicas=1, maxReplicas=4)
+        job["metadata"]["labels"] = {QUEUE_LABEL: team_a}
+        job["spec"]["checkpoint"] = {"claimName": claim}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
+        wait_for(
+            lambda: replicas() == 1 and admitted_now() == 1,
+            timeout=90,
+            what="team A's job partially admitted for 1 and running it",
+            details=lambda: f"{status()}\n{workloads()}\n{operator.tail()}",
+        )
+        # its queue's nominal quota has room (lent to team B): it asks at once, and the ask
+        # waits while the job runs on what it was admitted
+        wait_for(lambda: len(workloads()) == 2, timeout=60, what="the job's ask to grow")
+        assert replicas() == 1 and status().get("admitted") == 1
+        batch.delete_namespaced_job("borrower", namespace, propagation_policy="Background")
+        for pod in core.list_namespaced_pod(namespace, label_selector="job-name=borrower").items:
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        wait_for(
+            lambda: replicas() == 4 and status().get("admitted") == 4,
+            timeout=120,
+            what="the job admitted again through a replacement slice and running 4",
+            details=lambda: f"{status()}\n{workloads()}\n{operator.tail()}\n{kueue.tail()}",
+        )
+        first, second = sorted(
+            workloads(), key=lambda w: (w["metadata"].get("annotations") or {}).get(SLICE, "0")
+        )
+        finished = {c["type"]: c for c in first["status"]["conditions"]}["Finished"]
+        assert (finished["status"], finished["reason"]) == ("True", "WorkloadSliceReplaced")
+        replaced = second["metadata"]["annotations"][
+            "kueue.x-k8s.io/workload-slice-replacement-for"
+        ]
+        assert replaced == f"{namespace}/{first['metadata']['name']}"
+        restarts = status().get("restarts") or {}
+        assert restarts == {"resize": 1}, restarts  # one resize; never preempted to grow
+        # from its first admission on, never without one: asking again stopped nothing
+        since = admitted_seen[admitted_seen.index(1) :]
+        assert min(since) == 1 and max(since) == 4, admitted_seen
+    core.delete_persistent_volume(f"{namespace}-ckpt"[:63])

@@ -85,8 +85,11 @@ class QueueStore:
         self.cluster = cluster_queue({"default": "16"}, {"default": ("8", "0")})
         self.gets: list[str] = []
 
+    def list_job_workloads(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        return [self.workload] if self.workload is not None else []
+
     def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.workload
+        return None  # labelled Workloads only: none made before the label
 
     def create_workload(self, obj: dict[str, Any]) -> bool:
         self.workload = obj
