@@ -18,8 +18,10 @@ Pure functions over API objects; ``adl.operator.kueue_sync`` reads and writes th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from adl.contract import API_GROUP
@@ -31,6 +33,7 @@ from adl.operator.kueue import (
     workload_manifest,
     workload_name,
 )
+from adl.operator.timestamps import parse_time
 
 #: Kueue's annotation naming the Workload a new slice replaces (``namespace/name``)
 REPLACEMENT_FOR = "kueue.x-k8s.io/workload-slice-replacement-for"
@@ -66,6 +69,12 @@ def labelled_manifest(
     return manifest
 
 
+#: seconds a slice Kueue finished as replaced still counts while its replacement is not
+#: admitted yet: Kueue finishes the old slice just before it writes the new one's admission
+#: (a failed write leaves the old one finished and the new one pending: not for long)
+BRIDGE_S = 30.0
+
+
 @dataclass(frozen=True)
 class Slices:
     """A job's Workloads, sorted: the one whose admission is the job's ceiling, and a newer one
@@ -76,21 +85,45 @@ class Slices:
     #: older slices not finished although a newer one is admitted (a Kueue without the feature
     #: gate does not finish them): the operator finishes them, or they hold quota twice
     superseded: tuple[dict[str, Any], ...] = ()
+    #: ``current`` is a slice Kueue finished as replaced a moment ago, whose replacement
+    #: (``asking``) is not admitted yet: its admission still holds
+    bridging: bool = False
+
+    def admission(self) -> Admission | None:
+        """What Kueue decided for the job: the current slice's admission (None: none yet)."""
+        if self.current is None:
+            return None
+        adm = admission(self.current)
+        return dataclasses.replace(adm, finished=False) if self.bridging else adm
 
 
-def sort_slices(workloads: Sequence[Mapping[str, Any]]) -> Slices:
+def _replaced_at(workload: Mapping[str, Any]) -> datetime | None:
+    """When Kueue finished this slice as replaced (None: it did not)."""
+    for cond in (workload.get("status") or {}).get("conditions") or []:
+        finished = cond.get("type") == "Finished" and cond.get("status") == "True"
+        if finished and cond.get("reason") == SLICE_REPLACED:
+            return parse_time(cond.get("lastTransitionTime"))
+    return None
+
+
+def sort_slices(workloads: Sequence[Mapping[str, Any]], now: datetime | None = None) -> Slices:
     """Which of a job's Workloads counts. The newest admitted one that is not finished is the
-    current one (older ones are replaced); before any is admitted, the first unfinished one."""
-    live = sorted(
-        (dict(w) for w in workloads if not admission(w).finished),
-        key=slice_number,
-    )
+    current one (older ones are replaced); before any is admitted, the first unfinished one,
+    unless Kueue has just finished one as replaced by it (``BRIDGE_S``)."""
+    ordered = sorted((dict(w) for w in workloads), key=slice_number)
+    live = [w for w in ordered if not admission(w).finished]
     admitted = [w for w in live if admission(w).count > 0 or admission(w).reserved]
     if admitted:
         current = admitted[-1]
         newer = [w for w in live if slice_number(w) > slice_number(current)]
         older = tuple(w for w in live if slice_number(w) < slice_number(current))
         return Slices(current, newer[-1] if newer else None, older)
+    now = now or datetime.now(UTC)
+    for old in reversed(ordered):
+        at = _replaced_at(old)
+        newer = [w for w in live if slice_number(w) > slice_number(old)]
+        if at is not None and newer and (now - at).total_seconds() < BRIDGE_S:
+            return Slices(old, newer[-1], bridging=True)
     if not live:
         return Slices(None)
     return Slices(live[0], live[-1] if len(live) > 1 else None)

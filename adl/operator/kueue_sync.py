@@ -63,7 +63,7 @@ def ensure_workload(
             log.info("%s/%s: Workload created in queue %s", namespace, meta["name"], queue)
         adm = Admission(queue=queue, count=0)
     else:
-        adm = admission(workload)
+        adm = slices.admission() or admission(workload)
     for old in slices.superseded:  # a Kueue that does not finish replaced slices itself
         _finish(store, old, SLICE_REPLACED, "replaced by a newer slice of the job")
     if adm.ceiling == 0 and adm.evicted is None and not adm.finished:
@@ -164,9 +164,9 @@ def admissions(store: KubeStore, bodies: Sequence[Mapping[str, Any]]) -> dict[st
             if uid is not None:
                 by_job.setdefault(uid, []).append(workload)
         for uid, workloads in by_job.items():
-            current = sort_slices(workloads).current  # a job's slices: the one that counts
-            if current is not None:
-                out[uid] = admission(current)
+            adm = sort_slices(workloads).admission()  # a job's slices: the one that counts
+            if adm is not None:
+                out[uid] = adm
     return out
 
 

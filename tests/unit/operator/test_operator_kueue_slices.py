@@ -191,3 +191,17 @@ def test_a_first_workload_made_before_the_label_still_counts_beside_an_ask() -> 
     current, adm = ensure_workload(store, body(running=1), SPEC, GPU)  # type: ignore[arg-type]
     assert current == first and adm is not None and adm.ceiling == 1
     assert len(store.workloads) == 2  # an ask is under way: no second one
+
+
+def test_a_slice_kueue_just_replaced_counts_until_its_replacement_is_admitted() -> None:
+    """Kueue finishes the old slice, then writes the new one's admission: in between the job
+    keeps its admission (not a moment at 0, which would stop it), for ``BRIDGE_S`` at most."""
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    old = workload(0, count=1, finished="WorkloadSliceReplaced")
+    old["status"]["conditions"][-1]["lastTransitionTime"] = "2026-01-01T11:59:55Z"
+    got = sort_slices([old, workload(1)], now=now)
+    adm = got.admission()
+    assert got.bridging and adm is not None and adm.ceiling == 1
+    later = datetime(2026, 1, 1, 12, 1, tzinfo=UTC)  # the replacement's admission never came
+    adm = sort_slices([old, workload(1)], now=later).admission()
+    assert adm is not None and adm.ceiling == 0
