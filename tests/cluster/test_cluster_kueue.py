@@ -85,11 +85,20 @@ def create_queues(
 
 
 def adl_workload(api: client.ApiClient, namespace: str) -> dict[str, Any] | None:
-    """The Workload the operator made for the namespace's AdaptiveJob (tests run one)."""
+    """The Workload of the namespace's AdaptiveJob (tests run one) that counts: of its slices
+    (a second one asks to grow it), the admitted one, else the first unfinished one."""
     items = client.CustomObjectsApi(api).list_namespaced_custom_object(
         *KUEUE, namespace, "workloads"
     )["items"]
-    return next((w for w in items if w["metadata"]["name"].startswith("adaptivejob-")), None)
+    ours = [w for w in items if w["metadata"]["name"].startswith("adaptivejob-")]
+
+    def holds(wl: dict[str, Any], kind: str) -> bool:
+        conds = (wl.get("status") or {}).get("conditions") or []
+        return any(c["type"] == kind and c["status"] == "True" for c in conds)
+
+    live = [w for w in ours if not holds(w, "Finished")]
+    admitted = [w for w in live if holds(w, "Admitted")]
+    return next(iter(admitted or live or ours), None)
 
 
 def admitted_count(api: client.ApiClient, namespace: str) -> int:
