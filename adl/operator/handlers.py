@@ -252,10 +252,11 @@ def time_based_work_due(
     body: dict[str, Any], idle_s: float | None, now: datetime, recheck_s: float
 ) -> bool:
     """Whether the job needs a reconcile although nothing changed: its restart backoff ended,
-    or it is Starting or Restarting and nobody looked at it for ``recheck_s`` (``idle_s``:
-    seconds since the last reconcile, None for never), so a pod stuck Pending reaches its
-    pending timeout, and an old group that does not go away (its node is down) is reported as
-    WaitingForStop on time."""
+    or it is Starting, Restarting or waiting for Kueue's admission and nobody looked at it for
+    ``recheck_s`` (``idle_s``: seconds since the last reconcile, None for never), so a pod
+    stuck Pending reaches its pending timeout, an old group that does not go away (its node is
+    down) is reported as WaitingForStop on time, and a queued job's wait states current
+    usage."""
     status = body.get("status") or {}
     until = parse_time(status.get("restartAfter"))
     if until is not None and now >= until:
@@ -263,6 +264,10 @@ def time_based_work_due(
     phase = status.get("phase")
     if phase == Phase.RESTARTING.value and until is not None:
         return False  # backing off after a failure: nothing to do before it ends
+    if status.get("reason") == "WaitingForAdmission":
+        # its message states its Kueue queue's usage, which changes without any event of the
+        # job's (and Kueue's ClusterQueue status lags its admissions): looked at again
+        return idle_s is None or idle_s >= recheck_s
     if phase not in (Phase.STARTING.value, Phase.RESTARTING.value):
         return False
     return idle_s is None or idle_s >= recheck_s

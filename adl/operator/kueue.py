@@ -33,11 +33,14 @@ from adl.contract import QUEUE_LABEL as QUEUE_LABEL  # re-exported: callers impo
 from adl.models import AdaptiveJobSpec
 from adl.operator.crd import GROUP, KIND, VERSION
 from adl.operator.pods import GPU_RESOURCE, NodePool
+from adl.operator.scheduling import quantity
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 WORKLOADS = "workloads"
 RESOURCE_FLAVORS = "resourceflavors"
+LOCAL_QUEUES = "localqueues"
+CLUSTER_QUEUES = "clusterqueues"
 #: the pod set of an AdaptiveJob's Workload: one entry per replica
 POD_SET = "replicas"
 #: Workload names: Kubernetes object names, kept well under the 253-character limit
@@ -120,6 +123,47 @@ def _true(workload: Mapping[str, Any], kind: str) -> bool:
 
 
 @dataclass(frozen=True)
+class QueueUsage:
+    """A ClusterQueue's GPUs against its quota, as a waiting job's status says it: ``in_use``
+    reserved by the workloads it admitted (borrowed ones included), ``nominal`` its own quota
+    (all flavors), ``borrowed`` what of ``in_use`` comes from its cohort."""
+
+    in_use: int
+    nominal: int
+    borrowed: int = 0
+
+    def __str__(self) -> str:
+        said = f"{self.in_use} GPUs of {self.nominal} in use"
+        return said + (f" ({self.borrowed} borrowed from its cohort)" if self.borrowed else "")
+
+
+def _resource_total(flavors: Sequence[Mapping[str, Any]], resource: str, key: str) -> int:
+    return sum(
+        quantity(r.get(key))
+        for f in flavors
+        for r in f.get("resources") or []
+        if r.get("name") == resource
+    )
+
+
+def queue_usage(cluster_queue: Mapping[str, Any], resource: str = GPU_RESOURCE) -> QueueUsage:
+    """The ClusterQueue's use of ``resource`` against its nominal quota. Reserved quota
+    (``flavorsReservation``) is what keeps a waiting Workload out, so it counts; a Kueue that
+    reports only ``flavorsUsage`` (admitted) is read from that."""
+    status = cluster_queue.get("status") or {}
+    used = status.get("flavorsReservation") or status.get("flavorsUsage") or []
+    nominal = sum(
+        _resource_total(group.get("flavors") or [], resource, "nominalQuota")
+        for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+    )
+    return QueueUsage(
+        in_use=_resource_total(used, resource, "total"),
+        nominal=nominal,
+        borrowed=_resource_total(used, resource, "borrowed"),
+    )
+
+
+@dataclass(frozen=True)
 class Admission:
     """What Kueue has decided about one job's Workload."""
 
@@ -134,6 +178,9 @@ class Admission:
     #: the ResourceFlavors the admission assigned to the pod set's resources (distinct,
     #: sorted; () before admission)
     flavors: tuple[str, ...] = ()
+    #: the queue's GPUs against its quota (read only while the job waits), or why that could
+    #: not be read (its LocalQueue or ClusterQueue is missing); None: not read
+    usage: QueueUsage | str | None = None
 
     @property
     def ceiling(self) -> int:
@@ -143,7 +190,8 @@ class Admission:
     def waiting_message(self) -> str:
         if self.evicted is not None:
             return f"evicted by Kueue from queue {self.queue}: {self.evicted}"
-        return f"waiting for admission in Kueue queue {self.queue}"
+        said = f"waiting for admission in queue {self.queue}"
+        return said if self.usage is None else f"{said}: {self.usage}"
 
 
 def admission(workload: Mapping[str, Any]) -> Admission:
@@ -242,13 +290,18 @@ def release_patch(workload: Mapping[str, Any], now: datetime) -> dict[str, Any]:
 
 
 def finished_patch(
-    workload: Mapping[str, Any], succeeded: bool, message: str, now: datetime
+    workload: Mapping[str, Any],
+    succeeded: bool,
+    message: str,
+    now: datetime,
+    reason: str | None = None,
 ) -> dict[str, Any]:
-    """Finish the Workload: Kueue releases its quota."""
+    """Finish the Workload: Kueue releases its quota. ``reason``: other than the job's
+    outcome (a slice replaced or withdrawn while the job goes on)."""
     kept = [
         c for c in (workload.get("status") or {}).get("conditions") or [] if c["type"] != "Finished"
     ]
-    reason = "Succeeded" if succeeded else "Failed"
+    reason = reason or ("Succeeded" if succeeded else "Failed")
     return {"status": {"conditions": [*kept, _cond("Finished", "True", reason, message, now)]}}
 
 

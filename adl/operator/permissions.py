@@ -49,22 +49,29 @@ NAMESPACED_PERMISSIONS: frozenset[Permission] = frozenset(
     ]
 )
 
-#: With Kueue (``--kueue``, the chart's ``kueue.enabled``), in the same namespaces: the Workload
-#: that stands for each queued job, read for its admission (listed once a round), its status
-#: patched to give an evicted or finished job's quota back. No update or delete: the job owns
-#: it (garbage collection).
+#: With Kueue (``--kueue``, the chart's ``kueue.enabled``), in the same namespaces: the Workloads
+#: that stand for each queued job (a second one asks to grow it: ``kueue_slices``), read for
+#: their admission (listed once a round, and by the job's label when it is reconciled), their
+#: status patched to give an evicted or finished job's quota back. No update or delete: the job
+#: owns them (garbage collection). And get on the LocalQueue a waiting job names: its ClusterQueue,
+#: whose use of its quota the job's wait message states.
 KUEUE_PERMISSIONS: frozenset[Permission] = frozenset(
     [
         *_grant("kueue.x-k8s.io", "workloads", "get list create"),
         *_grant("kueue.x-k8s.io", "workloads/status", "patch"),
+        *_grant("kueue.x-k8s.io", "localqueues", "get"),
     ]
 )
 
 #: With Kueue, cluster-wide (ResourceFlavors are cluster-scoped): the flavors a job was admitted
 #: on, whose node labels and tolerations its pods take and whose nodes it is kept to. Only
-#: list: one LIST a round names them all, and a cluster has a handful.
+#: list: one LIST a round names them all, and a cluster has a handful. And get on the
+#: ClusterQueue behind a waiting job's LocalQueue (cluster-scoped too): GPUs in use and quota.
 KUEUE_CLUSTER_PERMISSIONS: frozenset[Permission] = frozenset(
-    _grant("kueue.x-k8s.io", "resourceflavors", "list", CLUSTER)
+    [
+        *_grant("kueue.x-k8s.io", "resourceflavors", "list", CLUSTER),
+        *_grant("kueue.x-k8s.io", "clusterqueues", "get", CLUSTER),
+    ]
 )
 
 #: kopf peering (one active operator): namespaced installs use KopfPeering objects.

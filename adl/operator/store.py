@@ -19,7 +19,15 @@ from kubernetes.client.exceptions import ApiException
 from adl import __version__
 from adl.contract import ENV_KUBE_URL
 from adl.operator.crd import GROUP, PLURAL, VERSION
-from adl.operator.kueue import KUEUE_GROUP, KUEUE_VERSION, RESOURCE_FLAVORS, WORKLOADS
+from adl.operator.kueue import (
+    CLUSTER_QUEUES,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
+    WORKLOADS,
+)
+from adl.operator.kueue_slices import LABEL_JOB_UID
 from adl.operator.pods import matches_selector
 
 MERGE = "application/merge-patch+json"
@@ -170,12 +178,38 @@ class KubeStore:
         )
         return list(out.get("items") or [])
 
+    def list_job_workloads(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """The Workloads of one job (its slices), by the label adl puts on them."""
+        out: Any = self.custom.list_namespaced_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            namespace,
+            WORKLOADS,
+            label_selector=f"{LABEL_JOB_UID}={uid}",
+        )
+        return list(out.get("items") or [])
+
     def list_resource_flavors(self) -> list[dict[str, Any]]:
         """Kueue's ResourceFlavors (cluster-scoped; a cluster has a handful)."""
         out: Any = self.custom.list_cluster_custom_object(
             KUEUE_GROUP, KUEUE_VERSION, RESOURCE_FLAVORS
         )
         return list(out.get("items") or [])
+
+    def get_local_queue(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_custom(KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUES, name)
+
+    def get_cluster_queue(self, name: str) -> dict[str, Any] | None:
+        """A ClusterQueue (cluster-scoped): its quota and usage; None when it does not exist."""
+        try:
+            obj: Any = self.custom.get_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, CLUSTER_QUEUES, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj)
 
     def create_workload(self, obj: dict[str, Any]) -> bool:
         """False when it already exists."""

@@ -217,7 +217,9 @@ def start_kueue(plane: ControlPlane, api: client.ApiClient, assets: Path, workdi
         [
             str(assets / "kueue"),
             f"--config={workdir / 'config.yaml'}",
-            "--feature-gates=VisibilityOnDemand=false",
+            # Workload slices (alpha in v0.17.0): how an adl job admitted for fewer replicas
+            # than it could use asks for more (adl.operator.kueue_slices)
+            "--feature-gates=VisibilityOnDemand=false,ElasticJobsViaWorkloadSlices=true",
             "--zap-log-level=2",
         ],
         workdir / "kueue.log",

@@ -8,6 +8,7 @@ from typing import Any
 
 from chart_install import Installation
 from cluster_jobs import bound_claim, job_manifest
+from controlplane import ControlPlane
 from kubernetes import client
 from kueue_install import Kueue
 from operator_process import OperatorProcess
@@ -15,6 +16,7 @@ from static_node import StaticNodes
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
 from adl.operator.kueue import QUEUE_LABEL
+from adl.operator.kueue_slices import ANNOTATION_SLICE as SLICE
 from tests.waiting import wait_for
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -83,11 +85,20 @@ def create_queues(
 
 
 def adl_workload(api: client.ApiClient, namespace: str) -> dict[str, Any] | None:
-    """The Workload the operator made for the namespace's AdaptiveJob (tests run one)."""
+    """The Workload of the namespace's AdaptiveJob (tests run one) that counts: of its slices
+    (a second one asks to grow it), the admitted one, else the first unfinished one."""
     items = client.CustomObjectsApi(api).list_namespaced_custom_object(
         *KUEUE, namespace, "workloads"
     )["items"]
-    return next((w for w in items if w["metadata"]["name"].startswith("adaptivejob-")), None)
+    ours = [w for w in items if w["metadata"]["name"].startswith("adaptivejob-")]
+
+    def holds(wl: dict[str, Any], kind: str) -> bool:
+        conds = (wl.get("status") or {}).get("conditions") or []
+        return any(c["type"] == kind and c["status"] == "True" for c in conds)
+
+    live = [w for w in ours if not holds(w, "Finished")]
+    admitted = [w for w in live if holds(w, "Admitted")]
+    return next(iter(admitted or live or ours), None)
 
 
 def admitted_count(api: client.ApiClient, namespace: str) -> int:
@@ -436,4 +447,276 @@ def test_an_adaptive_job_runs_only_on_the_nodes_of_its_admitted_flavor(
             what="the pods bound to node B",
             details=lambda: str([(p.metadata.name, p.spec.node_name) for p in pods()]),
         )
+    core.delete_persistent_volume(f"{namespace}-ckpt"[:63])
+
+
+def reported_model(sync_s: float) -> dict[str, Any]:
+    """A throughput model as a job reports it (``status.hints``), measured on 4 replicas:
+    ``sync_s`` seconds per gradient sync, per replica beyond two too (small: it scales well)."""
+    return {
+        "initBatchSize": 64,
+        "maxBatchSize": 4096,
+        "localBszBounds": [32, 256],
+        "perfParams": {
+            "alphaC": 0.05,
+            "betaC": 0.002,
+            "alphaN": sync_s,
+            "betaN": sync_s / 2,
+            "alphaR": sync_s,
+            "betaR": sync_s / 2,
+            "gamma": 1.0,
+        },
+        "gradParams": {"sqr": 1.0, "var": 1000.0},
+        "maxProfiledReplicas": 4,
+    }
+
+
+def team_gpus_within_admissions(
+    api: client.ApiClient, namespace: str, teams: dict[str, list[str]]
+) -> dict[str, int]:
+    """GPUs the live pods of each team's jobs request (``teams``: queue -> its jobs), asserted
+    never above the GPUs Kueue admitted the team's Workloads (their admissions'
+    ``resourceUsage``), both read from the API server."""
+    core = client.CoreV1Api(api)
+    held: dict[str, int] = {}
+    pods = core.list_namespaced_pod(namespace, label_selector="adl.dev/job").items
+    for queue, jobs in teams.items():
+        held[queue] = 0
+        for pod in pods:
+            if pod.metadata.labels["adl.dev/job"] not in jobs:
+                continue
+            if pod.metadata.deletion_timestamp:  # no kubelet confirms a graceful delete
+                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                continue
+            for c in pod.spec.containers:
+                held[queue] += int((c.resources.requests or {}).get("nvidia.com/gpu", 0))
+    workloads = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        *KUEUE, namespace, "workloads"
+    )["items"]
+    for queue, gpus in held.items():
+        admitted = 0
+        for wl in workloads:
+            conds = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions", [])}
+            if wl["spec"]["queueName"] != queue or conds.get("Admitted") != "True":
+                continue
+            for assignment in wl["status"]["admission"]["podSetAssignments"]:
+                admitted += int((assignment.get("resourceUsage") or {}).get("nvidia.com/gpu", 0))
+        assert gpus <= admitted, f"team {queue}: {gpus} GPUs held, {admitted} admitted"
+    return held
+
+
+def test_two_teams_hold_no_more_than_kueue_admitted_and_adl_shares_a_teams_gpus_by_goodput(
+    kueue: Kueue,
+    control_plane: ControlPlane,
+    admin_api: client.ApiClient,
+    namespace: str,
+    install_chart: Callable[..., Installation],
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """Two teams' ClusterQueues in one cohort: A with 8 GPUs of nominal quota, B with 4, on
+    one 8-GPU node. Team A runs two jobs of 1 to 4 replicas, one that scales well and one
+    whose gradient syncs dominate (their reported models), B one job of 1 to 4: Kueue admits
+    all three for 4 replicas (12 GPUs admitted, 8 on the node). Within what Kueue admitted adl
+    shares the node by goodput: the well-scaling job of team A gets more than the other,
+    which runs fewer than its 4 admitted. At every poll, each team's pods request no more GPUs
+    than its Workloads' admissions, both read from the API server. A second job of team B
+    waits, and says why with its queue's use of its quota. No call of the operator to Kueue's
+    objects is refused by the chart's RBAC (the audit log)."""
+    custom = client.CustomObjectsApi(admin_api)
+    cohort = f"c-{namespace}"[:63]
+    team_a, team_b = f"a-{namespace}"[:63], f"b-{namespace}"[:63]
+    create_queues(admin_api, namespace, team_a, gpus=8, cohort=cohort)
+    create_queues(admin_api, namespace, team_b, gpus=4, cohort=cohort)
+    installation = install_chart({"scheduler": {"interval": 2}, "kueue": {"enabled": True}})
+    operator = start_operator(installation).wait_ready()
+    claim = bound_claim(admin_api, namespace, "ckpt")
+    teams = {team_a: ["fast", "slow"], team_b: ["other", "waiter"]}
+
+    def status(name: str) -> dict[str, Any]:
+        body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return dict(body.get("status") or {})
+
+    def submit(name: str, queue: str, suspend: bool) -> None:
+        job = job_manifest(name, minReplicas=1, maxReplicas=4, suspend=suspend)
+        job["metadata"]["labels"] = {QUEUE_LABEL: queue}
+        job["spec"]["checkpoint"] = {"claimName": claim}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
+
+    def held() -> dict[str, int]:
+        """GPUs per job, checked per team against Kueue's admissions first."""
+        team_gpus_within_admissions(admin_api, namespace, teams)
+        return {name: len(status(name).get("allocation") or []) for name in ("fast", "slow")}
+
+    with StaticNodes(admin_api, {f"gpu-{namespace}"[:63]: 8}):
+        # suspended until their models are in their status: the first round already sees them
+        for name, queue in (("fast", team_a), ("slow", team_a), ("other", team_b)):
+            submit(name, queue, suspend=True)
+        for name, sync_s in (("fast", 0.001), ("slow", 2.0)):
+            custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": {"hints": reported_model(sync_s)}},
+            )
+        for name in ("fast", "slow", "other"):
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"spec": {"suspend": False}}
+            )
+        wait_for(
+            lambda: all(status(n).get("admitted") == 4 for n in ("fast", "slow", "other")),
+            timeout=90,
+            what="all three jobs admitted for 4 replicas",
+            details=lambda: f"{[status(n) for n in ('fast', 'slow')]}\n{operator.tail()}",
+        )
+        shares = wait_for(
+            lambda: s if (s := held())["fast"] > s["slow"] >= 1 else None,
+            timeout=90,
+            what="team A's well-scaling job given more GPUs than its other one",
+            details=lambda: f"{held()}\n{operator.tail()}",
+        )
+        assert shares["slow"] < 4, shares  # adl's choice: Kueue admitted it 4
+        assert team_gpus_within_admissions(admin_api, namespace, teams)[team_a] <= 8
+
+        submit("waiter", team_b, suspend=False)
+        why = f"waiting for admission in queue {team_b}: 4 GPUs of 4 in use"
+        said = wait_for(
+            lambda: st if (st := status("waiter")).get("message") == why else None,
+            timeout=60,
+            what="the second job of team B waiting, with its queue's usage",
+            details=lambda: (
+                f"{status('waiter')}\n"
+                f"{custom.get_cluster_custom_object(*KUEUE, 'clusterqueues', team_b)}\n"
+                f"{operator.tail()}"
+            ),
+        )
+        assert said["reason"] == "WaitingForAdmission", said
+        # the shares held over the rounds that ran meanwhile, within the admissions
+        assert held()["fast"] > held()["slow"]
+    refused = sorted(
+        {
+            f"{e['verb']} {e['objectRef'].get('resource')}"
+            for e in control_plane.audit_events(installation.username)
+            if (e.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
+        }
+    )
+    assert refused == [], f"the authorizer refused the operator: {refused}"
+    client.CoreV1Api(admin_api).delete_persistent_volume(f"{namespace}-ckpt"[:63])
+
+
+def test_a_partially_admitted_job_grows_once_the_other_teams_job_finishes(
+    kueue: Kueue,
+    admin_api: client.ApiClient,
+    namespace: str,
+    install_chart: Callable[..., Installation],
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """Two teams' queues of 4 GPUs each in one cohort, one 8-GPU node. Team B's plain Job of 7
+    GPUs borrows 3 of team A's quota; team A's job (1 to 4 replicas) is partially admitted for
+    the 1 left. The job asks again with a replacement Workload (a Kueue Workload slice, for 4),
+    which waits until B's Job finishes: Kueue then admits it and finishes the first, and adl runs
+    the job on 4, through one resize, without ever stopping it for want of an admission. Its
+    pods never request more GPUs than the admission of its current Workload."""
+    core = client.CoreV1Api(admin_api)
+    batch = client.BatchV1Api(admin_api)
+    custom = client.CustomObjectsApi(admin_api)
+    cohort = f"c-{namespace}"[:63]
+    team_a, team_b = f"a-{namespace}"[:63], f"b-{namespace}"[:63]
+    create_queues(admin_api, namespace, team_a, gpus=4, cohort=cohort)
+    create_queues(admin_api, namespace, team_b, gpus=4, cohort=cohort)
+    installation = install_chart({"scheduler": {"interval": 2}, "kueue": {"enabled": True}})
+    operator = start_operator(installation).wait_ready()
+    claim = bound_claim(admin_api, namespace, "ckpt")
+
+    def workloads() -> list[dict[str, Any]]:
+        items = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
+        return [w for w in items if w["metadata"]["name"].startswith("adaptivejob-")]
+
+    def admitted_now() -> int:
+        """The admission of the job's admitted, unfinished Workload (Kueue admits one slice
+        at a time; 0: none)."""
+        counts, replaced, pending = [], [], 0
+        for wl in workloads():
+            conds = {c["type"]: c for c in (wl.get("status") or {}).get("conditions", [])}
+            status_of = {kind: c["status"] for kind, c in conds.items()}
+            finished = status_of.get("Finished") == "True"
+            if status_of.get("Admitted") == "True":
+                count = int(wl["status"]["admission"]["podSetAssignments"][0]["count"])
+                if not finished:
+                    counts.append(count)
+                elif conds["Finished"]["reason"] == "WorkloadSliceReplaced":
+                    replaced.append(count)
+            elif not finished:
+                pending += 1
+        assert len(counts) <= 1, f"two slices of the job admitted at once: {workloads()}"
+        if not counts and replaced and pending:
+            # Kueue finishes the replaced slice, then writes its replacement's admission: in
+            # between, the replaced slice's admission is the one the job holds
+            return max(replaced)
+        return counts[0] if counts else 0
+
+    def replicas() -> int:
+        gpus = 0
+        for pod in core.list_namespaced_pod(namespace, label_selector="adl.dev/job=grower").items:
+            if pod.metadata.deletion_timestamp:
+                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                continue
+            gpus += int(pod.spec.containers[0].resources.requests["nvidia.com/gpu"])
+        ceiling = admitted_now()
+        assert gpus <= ceiling, f"{gpus} GPUs requested, {ceiling} admitted"
+        admitted_seen.append(ceiling)
+        return gpus
+
+    admitted_seen: list[int] = []  # the job's admission at every poll
+
+    def status() -> dict[str, Any]:
+        body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "grower")
+        return dict(body.get("status") or {})
+
+    with StaticNodes(admin_api, {f"gpu-{namespace}"[:63]: 8}):
+        batch.create_namespaced_job(namespace, batch_job("borrower", team_b, gpus=7))
+        wait_for(
+            lambda: not batch.read_namespaced_job("borrower", namespace).spec.suspend,
+            timeout=60,
+            what="team B's Job admitted, borrowing 3 of team A's GPUs",
+            details=kueue.tail,
+        )
+        job = job_manifest("grower", minReplicas=1, maxReplicas=4)
+        job["metadata"]["labels"] = {QUEUE_LABEL: team_a}
+        job["spec"]["checkpoint"] = {"claimName": claim}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
+        wait_for(
+            lambda: replicas() == 1 and admitted_now() == 1,
+            timeout=90,
+            what="team A's job partially admitted for 1 and running it",
+            details=lambda: f"{status()}\n{workloads()}\n{operator.tail()}",
+        )
+        # its queue's nominal quota has room (lent to team B): it asks at once, and the ask
+        # waits while the job runs on what it was admitted
+        wait_for(lambda: len(workloads()) == 2, timeout=60, what="the job's ask to grow")
+        assert replicas() == 1 and status().get("admitted") == 1
+        batch.delete_namespaced_job("borrower", namespace, propagation_policy="Background")
+        for pod in core.list_namespaced_pod(namespace, label_selector="job-name=borrower").items:
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        wait_for(
+            lambda: replicas() == 4 and status().get("admitted") == 4,
+            timeout=120,
+            what="the job admitted again through a replacement slice and running 4",
+            details=lambda: f"{status()}\n{workloads()}\n{operator.tail()}\n{kueue.tail()}",
+        )
+        first, second = sorted(
+            workloads(), key=lambda w: (w["metadata"].get("annotations") or {}).get(SLICE, "0")
+        )
+        finished = {c["type"]: c for c in first["status"]["conditions"]}["Finished"]
+        assert (finished["status"], finished["reason"]) == ("True", "WorkloadSliceReplaced")
+        replaced = second["metadata"]["annotations"][
+            "kueue.x-k8s.io/workload-slice-replacement-for"
+        ]
+        assert replaced == f"{namespace}/{first['metadata']['name']}"
+        restarts = status().get("restarts") or {}
+        assert restarts == {"resize": 1}, restarts  # one resize; never preempted to grow
+        # from its first admission on, never without one: asking again stopped nothing
+        since = admitted_seen[admitted_seen.index(1) :]
+        assert min(since) == 1 and max(since) == 4, admitted_seen
     core.delete_persistent_volume(f"{namespace}-ckpt"[:63])

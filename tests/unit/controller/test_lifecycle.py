@@ -572,7 +572,7 @@ def test_a_replica_that_outlives_its_stop_by_far_is_reported_once() -> None:
 def test_a_job_its_quota_manager_admits_none_of_waits_for_admission_and_says_so() -> None:
     """While Kueue admits none of a job, the job waits with Kueue's reason, not for GPUs; a
     running job so evicted is stopped like a preempted one (its round answer is empty)."""
-    why = "waiting for admission in Kueue queue team-a"
+    why = "waiting for admission in queue team-a: 8 GPUs of 16 in use"
     actions = step(JOB, spec(), status(Phase.PENDING, 0, []), NONE, [], NOW, quota_wait=why)
     (set_status,) = [a for a in actions if isinstance(a, SetStatus)]
     assert (set_status.status.phase, set_status.status.reason) == (

@@ -41,3 +41,10 @@ def test_a_job_waiting_for_its_old_group_to_stop_is_rechecked_after_the_interval
     assert time_based_work_due(restarting, None, NOW, 10)
     assert not time_based_work_due(restarting, 3.0, NOW, 10)
     assert time_based_work_due(restarting, 10.0, NOW, 10)
+
+
+def test_a_job_waiting_for_kueue_is_looked_at_again_for_its_queues_usage() -> None:
+    waiting = body(phase="Pending", reason="WaitingForAdmission")
+    assert time_based_work_due(waiting, 10.0, NOW, 10)
+    assert not time_based_work_due(waiting, 3.0, NOW, 10)
+    assert not time_based_work_due(body(phase="Pending"), 10.0, NOW, 10)  # waits for a round
