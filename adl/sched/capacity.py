@@ -74,7 +74,7 @@ def wanted_replicas(info: JobInfo, rule: CapacityRule) -> tuple[int, float]:
     floor = max(info.min_replicas, 1)
     cap = min(info.max_replicas, max(2 * info.max_profiled_replicas, floor))
     if cap <= floor:
-        return min(floor, max(info.max_replicas, floor)), 1.0
+        return floor, 1.0
     n = np.arange(1, cap + 1)
     per_node = max(rule.node_gpus // max(info.gpus_per_replica, 1), 1)
     speed = np.asarray(info.speedup(np.ceil(n / per_node), n), dtype=np.float64)
@@ -114,7 +114,8 @@ def capacity_asks(
         covered = min(missing, free // gpr)
         free -= covered * gpr
         missing -= covered
-        missing = min(missing, int(room // gpr)) if room != math.inf else missing
+        if room != math.inf:
+            missing = min(missing, int(room // gpr))
         if missing <= 0:
             continue
         room -= missing * gpr

@@ -147,6 +147,15 @@ def batch_job(name: str, queue: str, gpus: int) -> client.V1Job:
     )
 
 
+def remove_job(api: client.ApiClient, namespace: str, name: str) -> None:
+    """Delete a plain Job and its pods at once (no kubelet here confirms a graceful delete:
+    their GPUs would stay taken on the node)."""
+    core = client.CoreV1Api(api)
+    client.BatchV1Api(api).delete_namespaced_job(name, namespace, propagation_policy="Background")
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}").items:
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+
+
 def test_kueue_admits_batch_jobs_within_their_queues_quota(
     kueue: Kueue, admin_api: client.ApiClient, namespace: str
 ) -> None:
@@ -220,13 +229,6 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
     def replicas() -> int:
         return gpus_within_admission(admin_api, namespace, "elastic")
 
-    def remove_job(name: str) -> None:
-        """Delete a plain Job and its pods at once (no kubelet here confirms a graceful delete:
-        their GPUs would stay taken on the node)."""
-        batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
-        for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}").items:
-            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-
     def job_status() -> dict[str, Any]:
         body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "elastic")
         return dict(body.get("status") or {})
@@ -259,7 +261,7 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
         wait_for(lambda: job_status().get("admitted") == 1, timeout=30, what="status.admitted 1")
 
         # a higher-priority Job needing the whole quota: Kueue evicts the adl job
-        remove_job("holder")
+        remove_job(admin_api, namespace, "holder")
         urgent = batch_job("urgent", queue, gpus=4)
         urgent.metadata.labels["kueue.x-k8s.io/priority-class"] = high
         batch.create_namespaced_job(namespace, urgent)
@@ -280,7 +282,7 @@ def test_an_adaptive_job_runs_within_what_kueue_admitted_and_is_requeued_when_ev
         assert said.get("reason") == "WaitingForAdmission", said
         assert "evicted by Kueue" in said.get("message", "") or queue in said.get("message", "")
 
-        remove_job("urgent")
+        remove_job(admin_api, namespace, "urgent")
         wait_for(
             lambda: replicas() == 4,
             timeout=120,
@@ -696,9 +698,7 @@ def test_a_partially_admitted_job_grows_once_the_other_teams_job_finishes(
         # waits while the job runs on what it was admitted
         wait_for(lambda: len(workloads()) == 2, timeout=60, what="the job's ask to grow")
         assert replicas() == 1 and status().get("admitted") == 1
-        batch.delete_namespaced_job("borrower", namespace, propagation_policy="Background")
-        for pod in core.list_namespaced_pod(namespace, label_selector="job-name=borrower").items:
-            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        remove_job(admin_api, namespace, "borrower")
         wait_for(
             lambda: replicas() == 4 and status().get("admitted") == 4,
             timeout=120,

@@ -3,6 +3,8 @@ installed, a process kubelet whose nodes run the worker pods, and the operator a
 ServiceAccount telling workers to reach its API on the pod bridge.
 
 - ``node_specs``: the kubelet's nodes (a module overrides it for another shape).
+- ``kubelet_adopts``: a selector of Nodes made by others (Karpenter's KWOK provider) whose pods
+  the kubelet runs too; None by default (a module overrides it).
 - ``kubelet``: a started :class:`ProcessKubelet` on those nodes, stopped after the test.
 - ``adl_operator(name=..., extra_args=())``: starts (not waits for) an operator of
   ``installed_chart`` whose ``--api-url`` is the bridge address; ``adl_operator.last`` etc.
@@ -37,12 +39,21 @@ def node_specs() -> list[NodeSpec]:
 
 
 @pytest.fixture
+def kubelet_adopts() -> str | None:
+    """No Node made by others is adopted."""
+    return None
+
+
+@pytest.fixture
 def kubelet(
-    admin_api: client.ApiClient, node_specs: list[NodeSpec], tmp_path: Path
+    admin_api: client.ApiClient,
+    node_specs: list[NodeSpec],
+    kubelet_adopts: str | None,
+    tmp_path: Path,
 ) -> Iterator[ProcessKubelet]:
     if not available():
         pytest.fail("the process kubelet needs root and network namespaces (ip netns)")
-    with ProcessKubelet(admin_api, node_specs, tmp_path / "kubelet") as kl:
+    with ProcessKubelet(admin_api, node_specs, tmp_path / "kubelet", adopt=kubelet_adopts) as kl:
         yield kl
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from karpenter_install import (
     node_pool,
 )
 from kubelet import ProcessKubelet
-from kubelet_net import available
+from kubelet_nodes import NodeSpec
 from kubernetes import client
 from loop_support import TIMEOUT_S, Jobs, Operators, assert_exact, variant
 
@@ -39,12 +38,14 @@ EPOCHS = 4
 
 
 @pytest.fixture
-def kubelet(admin_api: client.ApiClient, tmp_path: Path) -> Iterator[ProcessKubelet]:
-    """No node of its own: it runs the pods of the nodes Karpenter's KWOK provider creates."""
-    if not available():
-        pytest.fail("the process kubelet needs root and network namespaces (ip netns)")
-    with ProcessKubelet(admin_api, [], tmp_path / "kubelet", adopt=KWOK_NODES) as kl:
-        yield kl
+def node_specs() -> list[NodeSpec]:
+    """No node of the kubelet's own: it runs the pods of the nodes Karpenter creates."""
+    return []
+
+
+@pytest.fixture
+def kubelet_adopts() -> str:
+    return KWOK_NODES
 
 
 def _manifest(tmp: Path, name: str, pool: str, **spec: Any) -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,6 @@ from karpenter_install import (
     node_pool,
 )
 from kubelet import ProcessKubelet
-from kubelet_net import available
 from kubelet_nodes import NodeSpec
 from kubernetes import client
 from loop_support import TIMEOUT_S, Jobs, Operators
@@ -50,13 +48,14 @@ PROVISION_TIMEOUT_S = 180.0
 
 
 @pytest.fixture
-def kubelet(admin_api: client.ApiClient, tmp_path: Path) -> Iterator[ProcessKubelet]:
-    """One static 1-GPU node, and every node Karpenter's KWOK provider creates."""
-    if not available():
-        pytest.fail("the process kubelet needs root and network namespaces (ip netns)")
-    static = [NodeSpec(f"static-{uuid.uuid4().hex[:4]}", 1)]
-    with ProcessKubelet(admin_api, static, tmp_path / "kubelet", adopt=KWOK_NODES) as kl:
-        yield kl
+def node_specs() -> list[NodeSpec]:
+    """One static 1-GPU node (and the kubelet adopts every node Karpenter creates)."""
+    return [NodeSpec(f"static-{uuid.uuid4().hex[:4]}", 1)]
+
+
+@pytest.fixture
+def kubelet_adopts() -> str:
+    return KWOK_NODES
 
 
 def _spot_node(jobs: Jobs, karpenter: Karpenter, pool: str) -> str:
