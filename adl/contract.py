@@ -102,6 +102,10 @@ ENV_HEARTBEAT_INTERVAL_S = "ADL_HEARTBEAT_INTERVAL_S"
 ENV_TENSORBOARD_DIR = "ADL_TENSORBOARD_DIR"
 #: Write those scalars every this many optimizer steps (default 10).
 ENV_TENSORBOARD_EVERY = "ADL_TENSORBOARD_EVERY"
+#: The GPU type a worker on a CPU reports as its device's (``Tesla-T4``): a CPU run standing in
+#: for a GPU of that type, as the cluster tests' process kubelet runs pods on nodes labelled
+#: with GPU types. A CUDA device always reports its own name; unset, a CPU reports no type.
+ENV_GPU_TYPE = "ADL_GPU_TYPE"
 
 # Settings of adl's own processes (CLI, daemon, operator, simulator), not of workers.
 ENV_HOME = "ADL_HOME"

@@ -617,9 +617,10 @@ class AdaptiveDataParallel(nn.Module):
 def device_gpu_type(device: torch.device) -> str:
     """The GPU type of ``device`` as GPU feature discovery's node label names it
     (``torch.cuda.get_device_name``: ``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA-A100-SXM4-80GB``);
-    "" for a CPU (or a device whose name cannot be read)."""
+    "" for a CPU (or a device whose name cannot be read), unless ``ADL_GPU_TYPE`` names the
+    type the CPU run stands in for (test clusters without GPUs)."""
     if device.type != "cuda":
-        return ""
+        return C.normalize_gpu_type(os.environ.get(C.ENV_GPU_TYPE, ""))
     try:
         return C.normalize_gpu_type(torch.cuda.get_device_name(device))
     except Exception:  # no driver, a device gone: the type is unknown, training goes on

@@ -27,6 +27,7 @@ from adl.sched.hints import (
     speedup_from_hints,
     type_speed_from_models,
 )
+from adl.sched.type_explore import explore_types
 from adl.sched.types import (
     Allocation,
     JobInfo,
@@ -292,6 +293,8 @@ def plan_round(
     if speedups is not None:
         speedups.sweep()
     previous = {r.key: _current(r) for r in live}
+    # on a cluster of several types, a running job may try a free type it never measured
+    infos = explore_types(infos, nodes, previous)
     while True:
         kept = pinned | set(faults)
         per_replica = {r.key: max(r.spec.gpus_per_replica, 1) for r in live if r.key in kept}

@@ -52,6 +52,9 @@ class Decision:
     speedup_other: float | None = None
     #: its speed on ``gpu_type`` and ``other_type`` was measured (else estimated alike, 1.0)
     types_measured: bool = True
+    #: the job moved to ``gpu_type`` to try it: its speed there is an optimistic estimate
+    #: until it has run there (``adl.sched.type_explore``)
+    exploring: bool = False
     #: on a cluster of several types, for a job left waiting: the most GPUs free after the
     #: round on one type it may use (its replicas never span types), and the types it allows
     #: (empty: any); None on a uniform cluster
@@ -114,9 +117,14 @@ class Decision:
         parts = [sizes]
         if kind != "stopped" and self.speedup_after is not None and self.other_type:
             other = self.speedup_other if self.speedup_other is not None else float("nan")
+            if self.exploring:
+                note = f" (trying {self.gpu_type}: not measured there yet, valued optimistically)"
+            elif not self.types_measured:
+                note = " (not measured on both: estimated alike)"
+            else:
+                note = ""
             parts.append(
-                f"speedup {self.speedup_after:.2f} there vs {other:.2f} on {self.other_type}"
-                + ("" if self.types_measured else " (not measured on both: estimated alike)")
+                f"speedup {self.speedup_after:.2f} there vs {other:.2f} on {self.other_type}" + note
             )
         elif kind != "stopped" and self.speedup_after is not None:
             if self.speedup_before is not None and kind != "moved":
@@ -224,7 +232,9 @@ def explain(
         smaller = len(after) < len(before)
         t_before, t_after = _one_type(before, types), _one_type(after, types)
         other = _other_type(info, t_before, t_after, present) if mixed else ""
-        measured = all(t in info.type_speed for t in (t_after, other) if t)
+        measured = all(
+            t in info.type_speed and t not in info.exploring for t in (t_after, other) if t
+        )
         out[key] = Decision(
             job=key,
             before=tuple(before),
@@ -248,6 +258,7 @@ def explain(
             other_type=other,
             speedup_other=_speedup(info, after, other) if other else None,
             types_measured=measured,
+            exploring=bool(mixed and t_after and t_after in info.exploring),
             free_one_type=max(
                 (n for t, n in (free_by_type or {}).items() if info.may_use(t)), default=0
             )

@@ -87,6 +87,9 @@ class JobInfo:
     #: speedup on ``type`` at (N, K) is ``type_speed[type] * speedup(N, K)``. A type not
     #: listed counts as 1.0, an estimate (the job has not run there)
     type_speed: Mapping[str, float] = field(default_factory=dict, hash=False)
+    #: the types of ``type_speed`` valued optimistically for the job to try them, not measured
+    #: (``adl.sched.type_explore``); a decision that moves it there says so
+    exploring: tuple[str, ...] = ()
 
     def speed_on(self, gpu_type: str) -> float:
         """The job's relative speed on ``gpu_type`` (1.0 where unknown)."""

@@ -4,7 +4,9 @@ It registers N Nodes (:mod:`kubelet_nodes`) and keeps them alive; watches the po
 kube-scheduler binds to them and runs container 0 of each as a process in the pod's own
 network namespace (:mod:`kubelet_net`), with ``python`` this interpreter and the
 project on ``PYTHONPATH`` (the project is the "image"). Env is resolved as the kubelet does
-(values, fieldRef, resourceFieldRef, secretKeyRef, configMapKeyRef, envFrom). Volumes are
+(values, fieldRef, resourceFieldRef, secretKeyRef, configMapKeyRef, envFrom); a pod on a node
+labelled with a GPU type (``nvidia.com/gpu.product``) also gets ``ADL_GPU_TYPE``, the type its
+CPU worker then reports as a GPU worker there would read it from its device. Volumes are
 local directories, since a process cannot mount: a Secret or ConfigMap volume is its keys
 written as files, an emptyDir a fresh directory, a claim its PersistentVolume's directory
 (:mod:`kubelet_claims`, kept for the claim's life); each mountPath is rewritten to its
@@ -51,6 +53,8 @@ from kubelet_nodes import NodeKeeper, NodeSpec
 from kubelet_watch import Informer
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from adl import contract as C
 
 log = logging.getLogger("adl.tests.kubelet")
 
@@ -364,6 +368,16 @@ class ProcessKubelet:
             self._finish_delete(run)
 
     # ------------------------------------------------------------------ start
+    def _gpu_type(self, pod: dict[str, Any]) -> str:
+        """The GPU type of the pod's node (its ``nvidia.com/gpu.product`` label), which a CPU
+        worker reports as its device's through ``ADL_GPU_TYPE``: on a GPU node the worker
+        would read it from its GPU (``torch.cuda.get_device_name``); "" when unlabelled."""
+        try:
+            node = self.core.read_node(pod["spec"].get("nodeName") or "")
+        except ApiException:
+            return ""
+        return str((node.metadata.labels or {}).get(C.LABEL_GPU_PRODUCT, ""))
+
     def _start(self, run: PodRun) -> None:
         pod = run.pod
         try:
@@ -373,6 +387,9 @@ class ProcessKubelet:
                 run.address = self.network.add(_dns_names(pod), _hostname(pod))
             sources = S.EnvSources(run.address.ip, self.host_ip, self._secret, self._config_map)
             env = S.resolve_env(pod, sources)
+            gpu_type = self._gpu_type(pod)
+            if gpu_type:
+                env.setdefault(C.ENV_GPU_TYPE, gpu_type)
             launch = S.container_launch(pod, env, mounts, python=self.python, project=self.project)
         except MountError as err:
             self._wait(run, "ContainerCreating", str(err))

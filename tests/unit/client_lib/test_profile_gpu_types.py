@@ -100,6 +100,15 @@ def test_the_status_keeps_at_most_sixteen_types_dropping_the_longest_unmeasured(
     assert "gpu-0" not in status.type_models and "gpu-17" in status.type_models
 
 
-def test_a_cpu_has_no_gpu_type() -> None:
+def test_a_cpu_has_no_gpu_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ADL_GPU_TYPE", raising=False)
     assert device_gpu_type(torch.device("cpu")) == ""
     assert build_hints(init_batch_size=8).gpu_type == ""
+
+
+def test_a_cpu_standing_in_for_a_gpu_reports_the_type_it_is_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the cluster tests' kubelet sets it from the node's label; written as the label writes it
+    monkeypatch.setenv("ADL_GPU_TYPE", "NVIDIA A100-SXM4-80GB")
+    assert device_gpu_type(torch.device("cpu")) == "NVIDIA-A100-SXM4-80GB"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from adl.controller.rounds import job_info, plan_round
-from adl.models import Hints
+from adl.models import Hints, Phase
 from adl.sched.policy import AdlPolicy
 from adl.sched.types import Allocation, JobInfo, NodeInfo
 from tests.unit.controller.test_rounds import HINTS, NOW, record
@@ -75,3 +75,63 @@ def test_a_waiting_job_is_told_when_no_one_type_has_room_for_it() -> None:
     assert result.decisions["ns/elsewhere"].message == (
         "waiting: 4 GPUs free, none of the types it may use (NVIDIA-H100-80GB-HBM3)"
     )
+
+
+# ---------------------------------------------------------------- trying a type not measured
+ONE_REPLICA = {"maxReplicas": 1}
+
+
+def test_a_running_job_tries_a_free_type_it_never_measured_and_says_so() -> None:
+    job = record("j", 0, Phase.RUNNING, desired=["t0"], spec=ONE_REPLICA, hints=ON_T4)
+    result = plan_round(AdlPolicy(), [job], NODES, NOW)
+    assert result.allocation["ns/j"] == ["a0"]
+    text = result.decisions["ns/j"].message
+    assert text.startswith(f"moved to 1 x {A100}: speedup 1.50 there vs 1.00 on {T4}"), text
+    assert f"trying {A100}: not measured there yet" in text
+
+
+def test_after_the_try_a_slower_type_gives_the_job_back_by_a_measured_move() -> None:
+    # it ran on the A100s and measured them slower than its T4 model (kept in typeModels)
+    assert HINTS.perf_params is not None
+    slow = HINTS.perf_params.model_copy(update={"alpha_c": 0.02, "beta_c": 0.002})
+    on_a100 = ON_T4.model_copy(update={"gpu_type": A100, "perf_params": slow})
+    job = record(
+        "j",
+        0,
+        Phase.RUNNING,
+        desired=["a0"],
+        spec=ONE_REPLICA,
+        hints=on_a100,
+        type_models={T4: HINTS.perf_params, A100: slow},
+    )
+    result = plan_round(AdlPolicy(), [job], NODES, NOW)
+    assert result.allocation["ns/j"] == ["t0"]
+    text = result.decisions["ns/j"].message
+    assert text.startswith(f"moved to 1 x {T4}: speedup 2.00 there vs 1.00 on {A100}"), text
+    assert "trying" not in text and "estimated" not in text
+
+
+def test_after_the_try_a_faster_type_keeps_the_job() -> None:
+    on_a100 = ON_T4.model_copy(update={"gpu_type": A100, "perf_params": ON_A100_MODEL})
+    assert HINTS.perf_params is not None
+    job = record(
+        "j",
+        0,
+        Phase.RUNNING,
+        desired=["a0"],
+        spec=ONE_REPLICA,
+        hints=on_a100,
+        type_models={T4: HINTS.perf_params, A100: ON_A100_MODEL},
+    )
+    result = plan_round(AdlPolicy(), [job], NODES, NOW)
+    assert result.allocation["ns/j"] == ["a0"] and "ns/j" not in result.changed
+
+
+def test_a_type_whose_gpus_are_held_is_not_tried() -> None:
+    # another job holds every A100: the try would take GPUs from it, so none is made
+    running = record("j", 0, Phase.RUNNING, desired=["t0"], spec=ONE_REPLICA, hints=ON_T4)
+    holder = record(
+        "h", 0, Phase.RUNNING, desired=["a0"] * 4, spec={"gpuTypes": [A100]}, hints=HINTS
+    )
+    result = plan_round(AdlPolicy(), [running, holder], NODES, NOW)
+    assert result.allocation["ns/j"] == ["t0"]
