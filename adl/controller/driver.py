@@ -44,6 +44,7 @@ from adl.controller.rounds import (
 from adl.models import Condition, Phase
 from adl.sched.capacity import capacity_asks
 from adl.sched.decisions import REASON
+from adl.sched.type_history import TypeSpeedHistory
 from adl.sched.types import Policy
 
 log = logging.getLogger("adl.controller")
@@ -99,6 +100,9 @@ class Driver:
         #: total work of the jobs that succeeded, by kind: the remaining work of jobs that
         #: declared no length is predicted from it (rebuilt from the listing after a restart)
         self.completed = completed or CompletedWork()
+        #: per-type speeds jobs measured, by kind: a job's speed on a GPU type it never ran on
+        #: is estimated from them (in memory: it is measured again after a restart)
+        self.type_history = TypeSpeedHistory()
 
     def step_job(self, job: JobRecord, now: datetime) -> list[Action]:
         """One lifecycle step of ``job``, executed; returns the actions taken."""
@@ -139,7 +143,14 @@ class Driver:
         nodes = list(self.backend.round_nodes())
         self.completed.record(jobs)
         result = timed_plan_round(
-            self.policy, jobs, nodes, now, self.speedups, self.completed, self.unit
+            self.policy,
+            jobs,
+            nodes,
+            now,
+            self.speedups,
+            self.completed,
+            self.unit,
+            self.type_history,
         )
         self.rounds.add(result)
         if self.on_round is not None:

@@ -28,6 +28,7 @@ from adl.sched.hints import (
     type_speed_from_models,
 )
 from adl.sched.type_explore import explore_types
+from adl.sched.type_history import TypeSpeedHistory, with_type_estimates
 from adl.sched.types import (
     Allocation,
     JobInfo,
@@ -273,11 +274,14 @@ def plan_round(
     speedups: SpeedupCache | None = None,
     completed: CompletedWork | None = None,
     unit: str = "GPU",
+    type_history: TypeSpeedHistory | None = None,
 ) -> RoundResult:
     """Ask the policy for a new allocation of all participating jobs (oldest first). Pass the
     same ``speedups`` cache every round to keep the policy's per-job work warm, and the
     driver's ``completed`` work to predict the remaining work of jobs of undeclared length.
     ``unit`` names what the nodes hand out in the decisions' text (``slot`` for CPU slots).
+    The driver's ``type_history`` estimates a job's speed on GPU types it never ran on from
+    jobs of its kind that ran on both.
 
     One job cannot fail the round for the others: a job whose view cannot be built, whose
     speedup function raises or answers no number, or with which the policy raises even on its
@@ -293,7 +297,9 @@ def plan_round(
     if speedups is not None:
         speedups.sweep()
     previous = {r.key: _current(r) for r in live}
-    # on a cluster of several types, a running job may try a free type it never measured
+    if type_history is not None:  # types a job never ran on, from jobs of its kind
+        infos = with_type_estimates(type_history, infos, [n.gpu_type for n in nodes])
+    # on a cluster of several types, a running job may try a free type nothing is known of
     infos = explore_types(infos, nodes, previous)
     while True:
         kept = pinned | set(faults)
@@ -428,10 +434,11 @@ def timed_plan_round(
     speedups: SpeedupCache | None = None,
     completed: CompletedWork | None = None,
     unit: str = "GPU",
+    type_history: TypeSpeedHistory | None = None,
 ) -> RoundResult:
     """``plan_round`` timed with a monotonic clock (the only impure part of the round)."""
     t0 = time.perf_counter()
-    result = plan_round(policy, jobs, nodes, now, speedups, completed, unit)
+    result = plan_round(policy, jobs, nodes, now, speedups, completed, unit, type_history)
     return replace(result, duration_s=time.perf_counter() - t0)
 
 

@@ -55,6 +55,8 @@ class Decision:
     #: the job moved to ``gpu_type`` to try it: its speed there is an optimistic estimate
     #: until it has run there (``adl.sched.type_explore``)
     exploring: bool = False
+    #: its speed on ``gpu_type`` or ``other_type`` was estimated from other jobs of its kind
+    types_estimated: bool = False
     #: on a cluster of several types, for a job left waiting: the most GPUs free after the
     #: round on one type it may use (its replicas never span types), and the types it allows
     #: (empty: any); None on a uniform cluster
@@ -119,6 +121,8 @@ class Decision:
             other = self.speedup_other if self.speedup_other is not None else float("nan")
             if self.exploring:
                 note = f" (trying {self.gpu_type}: not measured there yet, valued optimistically)"
+            elif self.types_estimated:
+                note = " (not measured on both: estimated from jobs of its kind)"
             elif not self.types_measured:
                 note = " (not measured on both: estimated alike)"
             else:
@@ -232,9 +236,9 @@ def explain(
         smaller = len(after) < len(before)
         t_before, t_after = _one_type(before, types), _one_type(after, types)
         other = _other_type(info, t_before, t_after, present) if mixed else ""
-        measured = all(
-            t in info.type_speed and t not in info.exploring for t in (t_after, other) if t
-        )
+        compared = [t for t in (t_after, other) if t]
+        unmeasured = (*info.exploring, *info.estimated_types)
+        measured = all(t in info.type_speed and t not in unmeasured for t in compared)
         out[key] = Decision(
             job=key,
             before=tuple(before),
@@ -259,6 +263,7 @@ def explain(
             speedup_other=_speedup(info, after, other) if other else None,
             types_measured=measured,
             exploring=bool(mixed and t_after and t_after in info.exploring),
+            types_estimated=any(t in info.estimated_types for t in compared),
             free_one_type=max(
                 (n for t, n in (free_by_type or {}).items() if info.may_use(t)), default=0
             )

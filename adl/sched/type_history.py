@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from adl.sched.types import JobInfo
 
 #: jobs remembered per kind (the most recently observed); older ones are dropped
 MAX_JOBS_PER_KIND = 128
@@ -87,3 +90,34 @@ class TypeSpeedHistory:
             if r is not None:
                 out[gpu_type] = min(max(r * scale, MIN_RATIO), MAX_RATIO)
         return out
+
+
+def with_type_estimates(
+    history: TypeSpeedHistory,
+    infos: Sequence[JobInfo],
+    types: Sequence[str],
+    *,
+    eligible: Callable[[JobInfo], bool] | None = None,
+) -> list[JobInfo]:
+    """Each job's measured per-type speeds recorded by kind, then the types of ``types`` it has
+    not measured filled from what jobs of its kind measured, named in
+    ``JobInfo.estimated_types`` so that a decision says it is an estimate. Jobs ``eligible``
+    rejects are recorded but not filled. All jobs are recorded before any is filled, so no job
+    sees another's estimate as a measurement. Fewer than two named types: nothing to fill."""
+    named = tuple(dict.fromkeys(t for t in types if t))
+    if len(named) < 2:
+        return list(infos)
+    for info in infos:
+        history.observe(info.kind, info.name, info.type_speed)
+    out = []
+    for info in infos:
+        if eligible is not None and not eligible(info):
+            out.append(info)
+            continue
+        filled = history.fill(info.kind, info.type_speed, named)
+        if filled == info.type_speed:
+            out.append(info)
+            continue
+        added = tuple(t for t in filled if t not in info.type_speed)
+        out.append(replace(info, type_speed=filled, estimated_types=added))
+    return out

@@ -90,6 +90,9 @@ class JobInfo:
     #: the types of ``type_speed`` valued optimistically for the job to try them, not measured
     #: (``adl.sched.type_explore``); a decision that moves it there says so
     exploring: tuple[str, ...] = ()
+    #: the types of ``type_speed`` estimated from other jobs of its kind, not measured by it
+    #: (``adl.sched.type_history``)
+    estimated_types: tuple[str, ...] = ()
 
     def speed_on(self, gpu_type: str) -> float:
         """The job's relative speed on ``gpu_type`` (1.0 where unknown)."""

@@ -36,7 +36,7 @@ from adl.sched.sim.job import (
 from adl.sched.sim.traces import AppTrace, load_traces
 from adl.sched.sim.truth import TrueGoodput, TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob, load_workload
-from adl.sched.type_history import TypeSpeedHistory
+from adl.sched.type_history import TypeSpeedHistory, with_type_estimates
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
 from adl.sched.work_history import WorkHistory
 
@@ -411,17 +411,13 @@ class Simulator:
     def _estimated_types(self, infos: list[JobInfo]) -> list[JobInfo]:
         """Each job's measured per-type speeds recorded by kind, and the types it has not
         measured filled from what jobs of its kind measured (:mod:`adl.sched.type_history`)."""
-        types = tuple(dict.fromkeys(t for t, _ in self.config.node_types))
-        for info in infos:
-            self.type_history.observe(info.kind, info.name, info.type_speed)
-        out = []
-        for info in infos:
-            if self.by_name[info.name].mode is not JobMode.ADAPTIVE:
-                out.append(info)
-                continue
-            filled = self.type_history.fill(info.kind, info.type_speed, types)
-            out.append(replace(info, type_speed=filled) if filled != info.type_speed else info)
-        return out
+        types = [t for t, _ in self.config.node_types]
+        return with_type_estimates(
+            self.type_history,
+            infos,
+            types,
+            eligible=lambda info: self.by_name[info.name].mode is JobMode.ADAPTIVE,
+        )
 
     def _predicted(self, active: list[SimJob], infos: list[JobInfo]) -> list[JobInfo]:
         """Record the jobs finished since the last round in the history (their total work as

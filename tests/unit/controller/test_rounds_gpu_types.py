@@ -135,3 +135,39 @@ def test_a_type_whose_gpus_are_held_is_not_tried() -> None:
     )
     result = plan_round(AdlPolicy(), [running, holder], NODES, NOW)
     assert result.allocation["ns/j"] == ["t0"]
+
+
+def test_a_type_its_kind_measured_is_estimated_from_those_jobs_not_tried() -> None:
+    from adl.sched.type_history import TypeSpeedHistory
+
+    assert HINTS.perf_params is not None
+    kind = {"jobKind": "bert"}
+    veteran = record(
+        "v",
+        0,
+        Phase.RUNNING,
+        desired=["t0"],
+        spec={**kind, **ONE_REPLICA},
+        hints=ON_T4,
+        type_models={T4: HINTS.perf_params, A100: ON_A100_MODEL},
+    )
+    newcomer = record(
+        "n", 0, Phase.RUNNING, desired=["t0"], spec={**kind, **ONE_REPLICA}, hints=ON_T4
+    )
+    result = plan_round(
+        AdlPolicy(), [veteran, newcomer], NODES, NOW, type_history=TypeSpeedHistory()
+    )
+    # the A100 node has room for both: the veteran knows it runs 2x faster there, and the
+    # newcomer of its kind is estimated so (not tried at 1.5x)
+    assert result.allocation == {"ns/v": ["a0"], "ns/n": ["a0"]}
+    estimated = result.decisions["ns/n"].message
+    assert estimated == (
+        f"moved to 1 x {A100}: speedup 2.00 there vs 1.00 on {T4}"
+        " (not measured on both: estimated from jobs of its kind)"
+    )
+    assert result.decisions["ns/v"].message == (
+        f"moved to 1 x {A100}: speedup 2.00 there vs 1.00 on {T4}"
+    )
+    # without the history the newcomer could only have tried the A100 (1.5x)
+    info = {i.name: i for i in result.infos}["ns/n"]
+    assert info.estimated_types == (A100,) and info.type_speed[A100] > 1.9
