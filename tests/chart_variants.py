@@ -22,6 +22,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "namespaced": True,
         "watchNamespaces": ["team-a"],
     },
+    "disruption-budgets": {"scheduler": {"disruptionBudgets": True}},
+    "disruption-budgets-namespaced": {
+        "scheduler": {"disruptionBudgets": True},
+        "namespaced": True,
+        "watchNamespaces": ["team-a"],
+    },
     "standby": {"replicaCount": 2},  # PodDisruptionBudget, soft anti-affinity
     "policy-knobs": {"scheduler": {"policyKnobs": {"srpt_power": 0.25, "fairness": 0}}},
     "ceilings": {

@@ -93,6 +93,8 @@ class OperatorConfig:
     progress: ProgressBook = field(default_factory=ProgressBook)
     #: jobs in a Kueue queue run as far as Kueue admits them (off: the label is not read)
     kueue: bool = False
+    #: each job gets a PodDisruptionBudget refusing evictions of its workers
+    disruption_budgets: bool = False
     #: ask an autoscaler for the GPUs the jobs would put to good use (None: off)
     capacity: CapacityRule | None = None
     #: how placeholder pods name the capacity type (spot / on-demand) and what they run
@@ -447,6 +449,9 @@ class KubeWorkerBackend:
         store = self.store
         if not _create_child(store, P.build_service(job)):
             _require_own(job, store.get_service(job.namespace, P.service_name(job.name)), "Service")
+        if self.config.disruption_budgets:
+            # exists already: it was made by this operator for this job (same owner, same spec)
+            _create_child(store, P.build_disruption_budget(job))
         # The Secret holds the token; the job carries only its hash, which the API checks.
         secret = store.get_secret(job.namespace, P.token_secret_name(job.name))
         _require_own(job, secret, "Secret")

@@ -64,6 +64,9 @@ class Options:
     node_lost_after: float = 60.0
     #: run jobs labelled with a Kueue queue through Kueue (``adl.operator.kueue``)
     kueue: bool = False
+    #: one PodDisruptionBudget per job that refuses evictions of its workers (drains wait for
+    #: adl's own checkpointed move; ``adl.operator.pods.build_disruption_budget``)
+    disruption_budgets: bool = False
     #: ask an autoscaler for GPUs through placeholder pods (``adl.sched.capacity``); None: off
     capacity: CapacityRule | None = None
     #: the node label whose values ``spot`` / ``on-demand`` name a node's capacity type
@@ -110,6 +113,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="a node NotReady or unreachable this long is lost: the pods of adl jobs on it are "
         "force-deleted and their jobs start again on the remaining nodes from the last "
         "checkpoint (default: %(default)s)",
+    )
+    p.add_argument(
+        "--disruption-budgets",
+        action="store_true",
+        help="give each job a PodDisruptionBudget that refuses evictions of its workers, so a "
+        "drain waits until adl has checkpointed the job and moved it off the node (needs the "
+        "chart's scheduler.disruptionBudgets RBAC; docs/autoscalers.md)",
     )
     p.add_argument(
         "--ask-capacity",
@@ -247,6 +257,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         ceilings=Ceilings(default, per_namespace),
         node_lost_after=a.node_lost_after,
         kueue=a.kueue,
+        disruption_budgets=a.disruption_budgets,
         capacity=capacity,
         capacity_type_label=a.capacity_type_label,
         placeholder_image=a.placeholder_image,
@@ -307,6 +318,7 @@ async def run(opts: Options) -> None:
         ceilings=opts.ceilings or Ceilings(),
         timing=Timing(node_lost_s=opts.node_lost_after),
         kueue=opts.kueue,
+        disruption_budgets=opts.disruption_budgets,
         capacity=opts.capacity,
         placeholders=PlaceholderSettings(
             opts.gpu_resource, opts.capacity_type_label, opts.placeholder_image

@@ -74,6 +74,13 @@ KUEUE_CLUSTER_PERMISSIONS: frozenset[Permission] = frozenset(
     ]
 )
 
+#: With ``--disruption-budgets`` (the chart's ``scheduler.disruptionBudgets``), in the same
+#: namespaces: one PodDisruptionBudget per job, created once; the job owns it (garbage
+#: collection deletes it), so no get, update or delete.
+DISRUPTION_BUDGET_PERMISSIONS: frozenset[Permission] = frozenset(
+    _grant("policy", "poddisruptionbudgets", "create")
+)
+
 #: kopf peering (one active operator): namespaced installs use KopfPeering objects.
 NAMESPACED_PEERING: frozenset[Permission] = frozenset(
     _grant("kopf.dev", "kopfpeerings", "list watch patch")
@@ -95,11 +102,15 @@ CLUSTER_PEERING: frozenset[Permission] = frozenset(
 )
 
 
-def required(*, namespaced: bool, peering: bool, kueue: bool = False) -> frozenset[Permission]:
+def required(
+    *, namespaced: bool, peering: bool, kueue: bool = False, disruption_budgets: bool = False
+) -> frozenset[Permission]:
     """What an install needs. Cluster-wide installs get the namespaced grants cluster-wide."""
     perms = set(CLUSTER_PERMISSIONS) | (KUEUE_CLUSTER_PERMISSIONS if kueue else set())
     scope = NAMESPACED if namespaced else CLUSTER
     local = NAMESPACED_PERMISSIONS | (KUEUE_PERMISSIONS if kueue else frozenset())
+    if disruption_budgets:
+        local |= DISRUPTION_BUDGET_PERMISSIONS
     perms |= {Permission(p.group, p.resource, p.verb, scope) for p in local}
     if peering:
         peer = NAMESPACED_PEERING if namespaced else CLUSTER_PEERING

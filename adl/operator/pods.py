@@ -307,6 +307,30 @@ def build_service(job: JobRef) -> dict[str, Any]:
     }
 
 
+def disruption_budget_name(job: str) -> str:
+    return f"{job}-adl"[:253]
+
+
+def build_disruption_budget(job: JobRef) -> dict[str, Any]:
+    """A PodDisruptionBudget that refuses every eviction of the job's workers
+    (``maxUnavailable: 0``): a drain (``kubectl drain``, Karpenter's, cluster-autoscaler's)
+    waits until adl, which sees the node's cordon or taint (``adl.operator.disruption``), has
+    stopped the whole group with a checkpoint and moved it, rather than evicting one rank with
+    only its grace period to save in. Deleting pods (adl's own resizes) is not an eviction, so
+    the budget never holds adl back. A worker that is not Ready may still be evicted
+    (``unhealthyPodEvictionPolicy: AlwaysAllow``): a broken pod must not block a drain."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(job, disruption_budget_name(job.name), job_labels(job.name)),
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": {LABEL_JOB: job.name}},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
 def build_token_secret(job: JobRef, token: str) -> dict[str, Any]:
     """The job's bearer token for the hints API; only this job's pods mount it."""
     return {

@@ -70,6 +70,7 @@ class KubeStore:
         self.api.user_agent = USER_AGENT  # lets audits (and tests) tell the operator's calls apart
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.policy = client.PolicyV1Api(self.api)
 
     # -------------------------------------------------------------- AdaptiveJobs
     def _get_custom(
@@ -134,6 +135,7 @@ class KubeStore:
             "Service": self.core.create_namespaced_service,
             "Secret": self.core.create_namespaced_secret,
             "PersistentVolumeClaim": self.core.create_namespaced_persistent_volume_claim,
+            "PodDisruptionBudget": self.policy.create_namespaced_pod_disruption_budget,
         }
         try:
             creators[obj["kind"]](ns, obj)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from disruption_support import (
     NODE_DISRUPTED,
     NOTICE_S,
@@ -40,6 +41,9 @@ from kubelet import ProcessKubelet
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from loop_support import Jobs, Operators
+
+from adl.operator.pods import disruption_budget_name
+from tests.waiting import wait_for
 
 DISRUPTED = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 
@@ -62,8 +66,9 @@ def _start(
     namespace: str,
     tmp: Path,
     name: str,
+    *extra: str,
 ) -> None:
-    adl_operator(installed_chart, extra_args=(QUIET_ROUNDS,)).wait_ready()
+    adl_operator(installed_chart, extra_args=(QUIET_ROUNDS, *extra)).wait_ready()
     adl_cli("submit", name, "-f", str(held_manifest(tmp, name)), "-n", namespace)
 
 
@@ -146,5 +151,93 @@ def test_a_drained_node_moves_the_job_off_it_with_a_checkpoint_and_the_run_is_ex
         assert checkpointed_s < NOTICE_S, checkpointed_s
         said_disrupted(jobs, "drain", node, "cordoned", details)
         finished_exactly(jobs, "drain", group, node, details)
+    finally:
+        jobs.core.patch_node(node, {"spec": {"unschedulable": False}})
+
+
+@pytest.mark.parametrize(
+    "installed_chart", [{"scheduler": {"disruptionBudgets": True}}], indirect=True
+)
+def test_a_drain_the_jobs_budget_refuses_waits_for_adls_checkpointed_move(
+    installed_chart: Any,
+    adl_operator: Operators,
+    kubelet: ProcessKubelet,
+    adl_cli: Any,
+    jobs: Jobs,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """With ``--disruption-budgets`` (the chart's ``scheduler.disruptionBudgets``) the job has a
+    PodDisruptionBudget that refuses every eviction of its workers: ``kubectl drain`` retries
+    (429) while adl, which saw the cordon, stops the whole group with a checkpoint and moves it;
+    the drain's next eviction then finds no pod of the job on the node. The budget's semantics
+    are the API server's and the disruption controller's own."""
+    name = "budget"
+    _start(
+        installed_chart,
+        adl_operator,
+        adl_cli,
+        namespace,
+        tmp_path,
+        name,
+        "--disruption-budgets",
+    )
+    details = _details(adl_operator, jobs, name)
+    policy = client.PolicyV1Api(jobs.core.api_client)
+    group = grow_and_hold(jobs, name, details)
+    budget = policy.read_namespaced_pod_disruption_budget(disruption_budget_name(name), namespace)
+    assert budget.spec.max_unavailable == 0, budget.spec
+    assert budget.metadata.owner_references[0].name == name  # deleted with the job
+    doomed = next(p for p in jobs.pods(name) if p.metadata.name.endswith(f"g{group}-1"))
+    node = doomed.spec.node_name
+    survivor = next(n for n in kubelet.node_names if n != node)
+    refusals = []
+
+    def drained() -> bool:
+        """One pass of ``kubectl drain`` over the node's pods of the job: evict each, a
+        refusal (429) noted and retried on the next pass; done when none is left there."""
+        left = [
+            p
+            for p in jobs.pods(name)
+            if p.spec.node_name == node and p.metadata.deletion_timestamp is None
+        ]
+        for pod in left:
+            body = client.V1Eviction(
+                metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=namespace)
+            )
+            try:
+                jobs.core.create_namespaced_pod_eviction(pod.metadata.name, namespace, body)
+            except ApiException as exc:
+                if exc.status == 429:
+                    refusals.append(exc.reason)
+                elif exc.status != 404:
+                    raise
+        return not left
+
+    try:
+        # before the cordon: the budget refuses an eviction outright
+        with pytest.raises(ApiException) as refused:
+            jobs.core.create_namespaced_pod_eviction(
+                doomed.metadata.name,
+                namespace,
+                client.V1Eviction(
+                    metadata=client.V1ObjectMeta(name=doomed.metadata.name, namespace=namespace)
+                ),
+            )
+        assert refused.value.status == 429, refused.value
+        t0 = time.monotonic()
+        jobs.core.patch_node(node, {"spec": {"unschedulable": True}})
+        wait_for(drained, timeout=120, what=f"{node} drained of the job's pods", details=details)
+        drained_s = time.monotonic() - t0
+        checkpointed_s = checkpointed_within(jobs, name, group, t0, details)
+        moved_to(jobs, name, group, survivor, details)
+        print(
+            f"drain of {node} under the job's budget: {len(refusals)} evictions refused, the "
+            f"node free of the job {drained_s:.1f} s after the cordon, checkpoint committed "
+            f"{checkpointed_s:.1f} s after it"
+        )
+        assert checkpointed_s < NOTICE_S, checkpointed_s
+        said_disrupted(jobs, name, node, "cordoned", details)
+        finished_exactly(jobs, name, group, node, details)
     finally:
         jobs.core.patch_node(node, {"spec": {"unschedulable": False}})

@@ -270,6 +270,30 @@ def granted(docs: list[dict[str, Any]]) -> frozenset[perms.Permission]:
 
 
 @pytest.mark.parametrize(
+    ("variant", "namespaced"),
+    [("disruption-budgets", False), ("disruption-budgets-namespaced", True)],
+)
+def test_rbac_grants_the_job_budgets_only_when_they_are_on(variant: str, namespaced: bool) -> None:
+    docs = render(VARIANTS[variant])
+    assert granted(docs) == perms.required(
+        namespaced=namespaced, peering=True, disruption_budgets=True
+    )
+    budgets = perms.Permission(
+        "policy",
+        "poddisruptionbudgets",
+        "create",
+        perms.NAMESPACED if namespaced else perms.CLUSTER,
+    )
+    assert budgets in granted(docs) and budgets not in granted(render(VARIANTS["default"]))
+    args = kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--disruption-budgets" in args
+    assert "--disruption-budgets" not in str(render(VARIANTS["default"]))
+    from adl.operator.main import parse_args
+
+    assert parse_args(args).disruption_budgets
+
+
+@pytest.mark.parametrize(
     ("variant", "namespaced", "peering", "kueue"),
     [
         ("default", False, True, False),

@@ -174,3 +174,16 @@ def test_a_templates_node_name_and_scheduler_never_reach_the_pods() -> None:
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]
     assert "gpu-a" in str(terms)
+
+
+def test_the_jobs_disruption_budget_refuses_evictions_of_its_workers_only() -> None:
+    job = P.JobRef(name="train", namespace="team", uid="uid-1")
+    pdb = P.build_disruption_budget(job)
+    assert pdb["kind"] == "PodDisruptionBudget" and pdb["apiVersion"] == "policy/v1"
+    assert pdb["metadata"]["name"] == P.disruption_budget_name("train") == "train-adl"
+    assert pdb["metadata"]["ownerReferences"][0]["uid"] == "uid-1"  # deleted with the job
+    spec = pdb["spec"]
+    assert spec["maxUnavailable"] == 0
+    # the workers' label: every group's pods, never the capacity placeholders
+    assert spec["selector"] == {"matchLabels": {"adl.dev/job": "train"}}
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
