@@ -42,6 +42,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "namespaced": True,
     },
     "names": {"fullnameOverride": "adl-custom", "nameOverride": "adl-x"},
+    "autoscaling": {"autoscaling": {"enabled": True, "emptyNodesPerRound": 2}},
 }
 
 #: the variants ``tests/cluster`` installs (seconds each on the real API server). The scopes

@@ -141,6 +141,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--capacity-empty-per-round",
+        type=int,
+        default=CapacityRule.max_emptied_per_round,
+        metavar="N",
+        help="with --ask-capacity, hold back from the jobs at most N more nodes a round whose "
+        "replicas add less than --capacity-min-gain or fit elsewhere, so that the autoscaler "
+        "removes them once empty (0: never; default: %(default)s)",
+    )
+    p.add_argument(
         "--capacity-type-label",
         default=CAPACITY_TYPE_LABEL,
         metavar="KEY",
@@ -217,7 +226,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         p.error(f"--capacity-type-label must be a label key, got {a.capacity_type_label!r}")
     capacity = None
     try:
-        rule = CapacityRule(a.capacity_min_gain, a.capacity_max_gpus, a.capacity_node_gpus)
+        rule = CapacityRule(
+            a.capacity_min_gain,
+            a.capacity_max_gpus,
+            a.capacity_node_gpus,
+            max_emptied_per_round=a.capacity_empty_per_round,
+        )
     except ValueError as err:
         p.error(f"--capacity-*: {err}")
     if a.ask_capacity:

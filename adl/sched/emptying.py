@@ -135,7 +135,13 @@ def _plan_node(
             )
         if moved:
             parts.append(f"{sum(moved.values())} replica(s) fit on free GPUs elsewhere")
-        moves.append((job, f"moving off node {node.name}: " + "; ".join(parts)))
+        moves.append(
+            (
+                job,
+                f"moving off node {node.name}: " + "; ".join(parts) + "; freeing the node for "
+                "the autoscaler to remove",
+            )
+        )
     return _State(alloc, free, others), moves, top_gain
 
 
@@ -146,13 +152,13 @@ def nodes_worth_emptying(
     rule: CapacityRule,
     *,
     prices: Mapping[str, float] | None = None,
-    candidates: Collection[str] | None = None,
+    kept: Collection[str] = (),
 ) -> list[NodeToEmpty]:
     """The nodes to empty after a round that gave ``allocation`` on ``nodes`` (the nodes it
     offered: one already leaving or being emptied is not among them), at most
     ``rule.max_emptied_per_round`` (see the module docstring). ``prices``: $/h by node where
-    known; ``candidates``: the only nodes that may be chosen (None: all), e.g. those that
-    nothing but adl's pods keep (only an empty node is removed)."""
+    known; ``kept``: nodes never to choose, e.g. those that some other pod keeps (only an
+    empty node is removed)."""
     if rule.max_emptied_per_round <= 0 or not nodes:
         return []
     info_of = {i.name: i for i in infos}
@@ -174,7 +180,7 @@ def nodes_worth_emptying(
     for node in _order(nodes, busy, prices or {}):
         if len(chosen) >= rule.max_emptied_per_round or len(state.offered) <= 1:
             break
-        if candidates is not None and node.name not in candidates:
+        if node.name in kept:
             continue
         planned = _plan_node(node, state, info_of, rule)
         if planned is None:

@@ -124,8 +124,8 @@ def test_on_demand_and_dear_nodes_go_first_and_a_protected_job_s_never() -> None
     prices = {"b-od": 10.0, "c-od": 14.0}
     chosen = nodes_worth_emptying(infos, allocation, nodes, rule, prices=prices)
     assert [c.node for c in chosen] == ["c-od"]
-    # only candidates (nodes nothing else keeps) may be chosen
-    chosen = nodes_worth_emptying(infos, allocation, nodes, rule, candidates={"a-spot"})
+    # nodes that another pod keeps are never chosen
+    chosen = nodes_worth_emptying(infos, allocation, nodes, rule, kept={"b-od", "c-od"})
     assert [c.node for c in chosen] == ["a-spot"]  # a's one replica moves to an idle node
     assert "fit on free GPUs elsewhere" in chosen[0].moves[0][1]
     # a job that must not be preempted keeps its node, however little its replicas add
