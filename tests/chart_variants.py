@@ -42,7 +42,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "namespaced": True,
     },
     "names": {"fullnameOverride": "adl-custom", "nameOverride": "adl-x"},
-    "autoscaling": {"autoscaling": {"enabled": True, "emptyNodesPerRound": 2}},
+    "autoscaling": {
+        "autoscaling": {"enabled": True, "emptyNodesPerRound": 2, "emptyLowValueNodes": True}
+    },
 }
 
 #: the variants ``tests/cluster`` installs (seconds each on the real API server). The scopes

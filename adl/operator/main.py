@@ -150,6 +150,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "removes them once empty (0: never; default: %(default)s)",
     )
     p.add_argument(
+        "--capacity-empty-low-value",
+        action="store_true",
+        help="emptying a node may also drop replicas that add less than --capacity-min-gain "
+        "(their jobs shrink); off: only idle nodes and replicas that fit elsewhere",
+    )
+    p.add_argument(
         "--capacity-type-label",
         default=CAPACITY_TYPE_LABEL,
         metavar="KEY",
@@ -231,6 +237,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
             a.capacity_max_gpus,
             a.capacity_node_gpus,
             max_emptied_per_round=a.capacity_empty_per_round,
+            drop_low_value=a.capacity_empty_low_value,
         )
     except ValueError as err:
         p.error(f"--capacity-*: {err}")

@@ -46,6 +46,11 @@ class CapacityRule:
     #: replicas add too little or fit elsewhere, so the autoscaler can remove them once
     #: empty; 0: never empty a node. Small, so the cluster shrinks a node at a time
     max_emptied_per_round: int = 1
+    #: emptying may also drop replicas that add less than ``min_marginal_speedup`` (the job
+    #: shrinks); off: only idle nodes and replicas that fit on free GPUs elsewhere go. Off by
+    #: default: in the simulator, dropping made the policy re-plan the rest of the cluster
+    #: around the lost GPUs, doubling restarts and lengthening JCT ~25 % (docs/results.md)
+    drop_low_value: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.min_marginal_speedup <= 1:

@@ -7,12 +7,15 @@ is paid for until adl moves off it. After each round this rule picks such nodes;
 then offers them to no job (they are not cordoned: adl does not touch Nodes), the jobs on them
 shrink or move at the next round, and the autoscaler removes the empty node.
 
-A node is worth emptying when every replica on it can go:
+A node is worth emptying when every replica on it can go (an idle node trivially):
 
+- *moved*: it fits on free GPUs of another node the job may use (its pool, GPU types); or,
+  with ``CapacityRule.drop_low_value``,
 - *dropped*: its job keeps at least its minimum, and each replica dropped adds less than
   ``CapacityRule.min_marginal_speedup`` of a GPU (:func:`adl.sched.capacity.replica_gains`,
-  the very measure the asks use); or
-- *moved*: it fits on free GPUs of another node the job may use (its pool, GPU types).
+  the very measure the asks use). Off by default: the policy then re-plans the whole cluster
+  around the GPUs lost, and in the simulator that doubled the restarts and lengthened the
+  average JCT by about a quarter for a few percent of cost (``docs/results.md``).
 
 Asking and emptying must not fight: a node is chosen only if the round's asks, recomputed
 (:func:`adl.sched.capacity.capacity_asks`) without the node and with its replicas gone or
@@ -107,7 +110,7 @@ def _plan_node(
         # drop from the top (replicas are interchangeable: the last ones add the least
         # under a concave model) while each dropped one adds less than the threshold
         dropped, gain = 0, 0.0
-        while gains is not None and dropped < count:
+        while rule.drop_low_value and gains is not None and dropped < count:
             k = len(held) - dropped  # replica k would go
             if k <= floor or gains[k - 1] >= thr:
                 break

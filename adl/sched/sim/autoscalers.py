@@ -4,10 +4,11 @@
   (the very code ``--ask-capacity`` runs): the GPUs each job would put to good use beyond what
   it holds and what stayed free, packed into nodes of the autoscaler's shape; spot capacity for
   preemptible jobs, on-demand for the others. It empties the nodes the operator's rule
-  picks, :func:`adl.sched.emptying.nodes_worth_emptying` (imported too): replicas adding
-  less than the asks' threshold, or leftovers that fit elsewhere, on-demand and dear nodes
-  first, a node a round; and it offers them again (:func:`adl.sched.emptying.keep_emptying`)
-  rather than launch new nodes once new demand would use them.
+  picks, :func:`adl.sched.emptying.nodes_worth_emptying` (imported too): idle ones and those
+  whose replicas fit on free GPUs elsewhere (and, opted in, those whose replicas add less than
+  the asks' threshold), on-demand and dear nodes first, a node a round; and it offers them
+  again (:func:`adl.sched.emptying.keep_emptying`) rather than launch new nodes once new
+  demand would use them.
 - :class:`PolluxAutoscaler` sizes the cluster the way Pollux (OSDI '21; AdaptDL's scheduler)
   does: keep the *cluster utility* (the jobs' speedups over the GPUs of the nodes in use) inside
   a band, 0.35-0.65; outside it, pick among cluster sizes up to twice today's the one whose best
@@ -80,6 +81,8 @@ class AdlAutoscaler:
     spot: bool = True
     #: nodes emptied a round at most (the operator's ``--capacity-empty-per-round``); 0: none
     max_emptied_per_round: int = 1
+    #: emptying may drop replicas that add too little (``CapacityRule.drop_low_value``)
+    drop_low_value: bool = False
 
     def decide(self, view: ClusterView) -> ScaleDecision:
         g = view.node_gpus
@@ -88,6 +91,7 @@ class AdlAutoscaler:
             max_gpus=view.max_nodes * g,
             node_gpus=g,
             max_emptied_per_round=self.max_emptied_per_round,
+            drop_low_value=self.drop_low_value,
         )
         nodes: Sequence[NodeInfo] = view.nodes
         release = not keep_emptying(view.infos, view.allocation, nodes, view.emptying, rule)

@@ -74,6 +74,8 @@ class ElasticConfig:
     band: tuple[float, float] = (0.35, 0.65)
     #: adl's rule: nodes emptied a round at most (``adl.sched.emptying``); 0: none
     max_emptied_per_round: int = 1
+    #: adl's rule: emptying may drop replicas that add too little (off: only moves)
+    drop_low_value: bool = False
 
     def __post_init__(self) -> None:
         if self.autoscaler not in AUTOSCALERS:
@@ -94,6 +96,7 @@ class ElasticConfig:
                 self.min_marginal_speedup,
                 spot=self.spot,
                 max_emptied_per_round=self.max_emptied_per_round,
+                drop_low_value=self.drop_low_value,
             )
         return PolluxAutoscaler(self.band, spot=self.spot)
 

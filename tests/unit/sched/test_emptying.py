@@ -42,10 +42,12 @@ def asked(infos, allocation, nodes, rule) -> int:
 
 
 def test_a_node_of_low_value_replicas_is_emptied_and_never_asked_for_again() -> None:
-    rule = CapacityRule(min_marginal_speedup=0.5)
+    rule = CapacityRule(min_marginal_speedup=0.5, drop_low_value=True)
     infos = [job("a", POOR)]
     nodes = [NodeInfo("n1", 3), NodeInfo("n2", 1)]
     allocation = {"a": ["n1", "n1", "n1", "n2"]}
+    # by default replicas are never dropped, only moved: nowhere to move, nothing emptied
+    assert nodes_worth_emptying(infos, allocation, nodes, CapacityRule()) == []
     (choice,) = nodes_worth_emptying(infos, allocation, nodes, rule)
     # n2's replica is a's 4th, adding 0.10 of a GPU; n1's three cannot all go (a keeps one)
     assert choice.node == "n2"
@@ -85,7 +87,7 @@ def test_a_leftover_replica_moves_onto_free_gpus_elsewhere() -> None:
 
 
 def test_a_job_is_never_shrunk_below_its_minimum() -> None:
-    rule = CapacityRule()
+    rule = CapacityRule(drop_low_value=True)
     nodes = [NodeInfo("n1", 3), NodeInfo("n2", 1)]
     allocation = {"a": ["n1", "n1", "n1", "n2"]}
     assert nodes_worth_emptying([job("a", POOR, min_replicas=4)], allocation, nodes, rule) == []
@@ -129,6 +131,7 @@ def test_on_demand_and_dear_nodes_go_first_and_a_protected_job_s_never() -> None
     assert [c.node for c in chosen] == ["a-spot"]  # a's one replica moves to an idle node
     assert "fit on free GPUs elsewhere" in chosen[0].moves[0][1]
     # a job that must not be preempted keeps its node, however little its replicas add
+    rule = CapacityRule(drop_low_value=True)
     pinned = [job("p", POOR, profiled=4, preemptible=False)]
     two = [NodeInfo("n1", 3), NodeInfo("n2", 1)]
     assert nodes_worth_emptying(pinned, {"p": ["n1", "n1", "n1", "n2"]}, two, rule) == []
@@ -147,7 +150,8 @@ def test_emptying_stops_once_new_demand_would_use_the_node() -> None:
 
 def test_random_rounds_never_empty_a_node_the_asks_would_want_back() -> None:
     """Whatever the jobs and the allocation, the state an emptying leaves (the node gone, its
-    replicas dropped; no free GPU elsewhere, so none can move) asks for no more GPUs."""
+    replicas dropped; no free GPU elsewhere, so none can move) asks for no more GPUs, and no
+    job falls below its minimum."""
     rng = random.Random(7)
     emptied = 0
     for _ in range(300):
@@ -165,7 +169,9 @@ def test_random_rounds_never_empty_a_node_the_asks_would_want_back() -> None:
             allocation[name], slots = slots[:take], slots[take:]
         if slots:
             continue  # free GPUs: replicas may move, the simple check below does not apply
-        rule = CapacityRule(max_emptied_per_round=rng.randint(1, 3))
+        rule = CapacityRule(
+            max_emptied_per_round=rng.randint(1, 3), drop_low_value=rng.random() < 0.8
+        )
         chosen = nodes_worth_emptying(infos, allocation, nodes, rule)
         gone = {c.node for c in chosen}
         after = {job: [n for n in held if n not in gone] for job, held in allocation.items()}

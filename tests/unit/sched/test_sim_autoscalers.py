@@ -114,9 +114,11 @@ def test_adl_autoscaler_empties_what_the_operator_s_rule_picks_and_offers_it_aga
     nodes = [NodeInfo("n0", 4), NodeInfo("n1", 4)]
     # a's 5th replica (on n1 alone) adds sqrt(5) - 2 = 0.24 of a GPU: n1 is emptied
     thin = {"a": ["n0"] * 4 + ["n1"]}
-    d = AdlAutoscaler().decide(view([poor], thin, nodes))
+    assert AdlAutoscaler().decide(view([poor], thin, nodes)).empty == ()  # unless opted in
+    d = AdlAutoscaler(drop_low_value=True).decide(view([poor], thin, nodes))
     assert (d.empty, d.release, d.launch_spot) == (("n1",), False, 0)
-    assert AdlAutoscaler(max_emptied_per_round=0).decide(view([poor], thin, nodes)).empty == ()
+    off = AdlAutoscaler(max_emptied_per_round=0, drop_low_value=True)
+    assert off.decide(view([poor], thin, nodes)).empty == ()
     # n1 being emptied; a new job wants 4 GPUs: n1 is offered again, no node launched
     hungry = JobInfo("b", speedup=linear, max_replicas=4, max_profiled_replicas=2, submit_order=1)
     again = ClusterView(

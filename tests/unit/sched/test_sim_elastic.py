@@ -94,7 +94,8 @@ def test_pollux_empties_the_nodes_beyond_its_size_and_they_are_billed_until_cons
 
 
 def test_adl_empties_a_low_value_node_and_offers_it_again_when_new_demand_comes():
-    cluster = ElasticCluster(ElasticConfig(provisioning_s=0, startup_s=0))
+    config = ElasticConfig(provisioning_s=0, startup_s=0, drop_low_value=True)
+    cluster = ElasticCluster(config)
     sqrt = lambda n, k: np.sqrt(np.asarray(k, dtype=np.float64))  # noqa: E731
     linear = lambda n, k: np.asarray(k, dtype=np.float64)  # noqa: E731
     hungry = JobInfo("h", speedup=linear, max_replicas=8, max_profiled_replicas=4)
