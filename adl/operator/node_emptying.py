@@ -11,10 +11,11 @@ its node alive whatever adl does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adl.contract import LABEL_CAPACITY_FOR
+from adl.operator.capacity_sync import EventSink
 from adl.operator.pods import LABEL_JOB
 from adl.sched.emptying import NodeToEmpty
 
@@ -47,10 +48,6 @@ def nodes_kept_by_others(pods: Sequence[Mapping[str, Any]]) -> set[str]:
         for p in pods
         if (p.get("spec") or {}).get("nodeName") and not _ignored_by_consolidation(p)
     }
-
-
-#: (job body, type, reason, message): how an Event reaches a job
-EventSink = Callable[[Mapping[str, Any], str, str, str], None]
 
 
 def say_emptied(
