@@ -23,10 +23,11 @@ autoscaling at equal JCT.
 
     nice -n 19 flock /tmp/adl-heavy.lock .venv/bin/python benchmarks/autoscaling_cost.py \\
         [--workloads 1,2,3,4] [--rates 0.05,0.5] [--first N] [--jobs N] [--on-demand] \\
-        [--max-nodes 16] \\
+        [--max-nodes 16] [--no-emptying] \\
         [--json benchmarks/results/cpu-2026-11-28/autoscaling_cost.json] [--report JSON]
 
-``--on-demand`` adds adl's autoscaler on on-demand nodes only (what spot alone buys).
+``--on-demand`` adds adl's autoscaler on on-demand nodes only (what spot alone buys);
+``--no-emptying`` adds adl's on spot that only asks, never empties (what emptying buys).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ MAX_NODES = 16
 
 @dataclass(frozen=True)
 class Run:
-    """One replay: ``system`` is an autoscaler name, "adl-on-demand", or "fixed" (``nodes``)."""
+    """One replay: ``system`` is an autoscaler name, "adl-on-demand", "adl-no-emptying" (adl
+    on spot that only asks), or "fixed" (``nodes``)."""
 
     workload: int
     system: str
@@ -78,8 +80,9 @@ def replay(run: Run) -> dict[str, Any]:
         config = SimConfig(rounds_on_events=True, num_nodes=run.nodes, gpus_per_node=GPU_4X.gpus)
     else:
         elastic = ElasticConfig(
-            autoscaler="adl" if run.system == "adl-on-demand" else run.system,
+            autoscaler="adl" if run.system.startswith("adl") else run.system,
             spot=run.system != "adl-on-demand",
+            max_emptied_per_round=0 if run.system == "adl-no-emptying" else 1,
             interruptions_per_node_h=run.rate,
             max_nodes=run.max_nodes,
             seed=run.workload,
@@ -241,6 +244,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--on-demand", action="store_true", help="add adl on on-demand nodes only")
     ap.add_argument(
+        "--no-emptying",
+        action="store_true",
+        help="add adl on spot that never empties a node, at each rate (what emptying buys)",
+    )
+    ap.add_argument(
         "--max-nodes",
         type=int,
         default=MAX_NODES,
@@ -270,6 +278,12 @@ def main() -> None:
         for rate in rates
         for s in ("adl", "pollux")
     ]
+    if args.no_emptying:
+        runs += [
+            Run(w, "adl-no-emptying", rate, first=args.first, max_nodes=args.max_nodes)
+            for w in workloads
+            for rate in rates
+        ]
     if args.on_demand:
         runs += [
             Run(w, "adl-on-demand", rates[0], first=args.first, max_nodes=args.max_nodes)
