@@ -144,7 +144,8 @@ class Driver:
         nodes = list(self.backend.round_nodes())
         # a held-back node that left the listing (gone, leaving, taken by others) is no
         # longer ours to hold; the rest are offered to no job
-        self.emptying = {k: v for k, v in self.emptying.items() if k in {n.name for n in nodes}}
+        listed = {n.name for n in nodes}
+        self.emptying = {k: v for k, v in self.emptying.items() if k in listed}
         held_back = [n for n in nodes if n.name in self.emptying]
         nodes = [n for n in nodes if n.name not in self.emptying]
         self.completed.record(jobs)
