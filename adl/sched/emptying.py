@@ -85,6 +85,8 @@ class _State:
     allocation: dict[str, list[str]]
     free: dict[str, int]
     offered: list[NodeInfo]
+    #: node -> replicas of each job on it (an index, so a node's plan reads only its jobs)
+    on_node: dict[str, Counter[str]]
 
 
 def _plan_node(
@@ -92,13 +94,15 @@ def _plan_node(
 ) -> tuple[_State, list[tuple[str, str]], float] | None:
     """The state once ``node``'s replicas are dropped or moved, what each job is told, and the
     most a dropped replica adds; None when some replica can neither go nor move."""
-    alloc = {job: list(held) for job, held in state.allocation.items()}
+    # copies of the containers only: the lists are replaced, never changed in place
+    alloc = dict(state.allocation)
     free = dict(state.free)
     free.pop(node.name, None)
     others = [n for n in state.offered if n.name != node.name]
+    on_node = dict(state.on_node)
+    here = on_node.pop(node.name, Counter())
     moves: list[tuple[str, str]] = []
     top_gain = 0.0
-    here = Counter(job for job, held in alloc.items() for n in held if n == node.name)
     thr = rule.min_marginal_speedup
     for job, count in sorted(here.items()):
         info = info_of.get(job)
@@ -126,6 +130,8 @@ def _plan_node(
             target = min(fits, key=lambda n: (free[n.name], n.name))
             free[target.name] -= gpr
             moved[target.name] += 1
+        for name, count_there in moved.items():
+            on_node[name] = on_node.get(name, Counter()) + Counter({job: count_there})
         rest = [n for n in held if n != node.name]
         rest += [n for n, c in sorted(moved.items()) for _ in range(c)]
         alloc[job] = rest
@@ -145,7 +151,7 @@ def _plan_node(
                 "the autoscaler to remove",
             )
         )
-    return _State(alloc, free, others), moves, top_gain
+    return _State(alloc, free, others, on_node), moves, top_gain
 
 
 def nodes_worth_emptying(
@@ -171,10 +177,15 @@ def nodes_worth_emptying(
     for job, held in allocation.items():
         for n in held:
             busy[n] += gpr_of.get(job, 1)
+    on_node: dict[str, Counter[str]] = {}
+    for job, held in allocation.items():
+        for n in held:
+            on_node.setdefault(n, Counter())[job] += 1
     state = _State(
         {job: list(held) for job, held in allocation.items()},
         {n.name: max(n.gpus - busy[n.name], 0) for n in nodes},
         list(nodes),
+        on_node,
     )
     if any(n not in known for held in allocation.values() for n in held):
         return []  # the answer names nodes it was not offered: nothing to reason from
@@ -185,6 +196,12 @@ def nodes_worth_emptying(
             break
         if node.name in kept:
             continue
+        if not rule.drop_low_value:
+            # every replica must move: not worth planning unless the others' free GPUs
+            # could hold them all
+            mine = sum(c * gpr_of.get(j, 1) for j, c in state.on_node.get(node.name, {}).items())
+            if mine > sum(state.free.values()) - state.free.get(node.name, 0):
+                continue
         planned = _plan_node(node, state, info_of, rule)
         if planned is None:
             continue
