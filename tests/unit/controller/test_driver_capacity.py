@@ -113,3 +113,17 @@ def test_emptying_is_off_with_its_bound_at_zero_and_spares_nodes_others_keep() -
     kept = EmptyingBackend([_job("a", 1)], nodes, CapacityRule(), kept=["n1", "n2"])
     Driver(kept, AdlPolicy()).run_round(NOW)
     assert kept.told == []
+
+
+def test_a_held_back_node_that_leaves_the_listing_is_forgotten_and_never_chosen_again() -> None:
+    backend = EmptyingBackend(
+        [_job("a", 1)], [NodeInfo("n1", 1), NodeInfo("n2", 1)], CapacityRule()
+    )
+    driver = Driver(backend, AdlPolicy())
+    driver.run_round(NOW)
+    (idle,) = set(driver.emptying)
+    # the autoscaler takes it (tainted, then deleted): the backend no longer lists it
+    backend.nodes = [n for n in backend.nodes if n.name != idle]
+    driver.run_round(NOW)
+    assert driver.emptying == {}
+    assert backend.told == [([idle], [])]  # the last node left is never emptied
