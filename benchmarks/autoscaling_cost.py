@@ -2,15 +2,17 @@
 
 Replays the Pollux workloads under adl's policy on an elastic cluster of 4-GPU nodes
 (:mod:`adl.sched.sim.elastic`: 14.69 $/h on-demand, 4.41 $/h spot, 60 s provisioning + 60 s
-start-up, empty nodes consolidated after 300 s, at most 16 nodes), the scheduler the same in
-every run, the autoscaler different:
+start-up, empty nodes consolidated after 300 s, at most ``--max-nodes`` nodes, 16 unless
+told), the scheduler the same in every run, the autoscaler different:
 
 - ``adl``: the operator's capacity rule (:func:`adl.sched.capacity.capacity_asks`), spot
-  nodes for the (preemptible) jobs;
+  nodes for the (preemptible) jobs, and its emptying rule
+  (:func:`adl.sched.emptying.nodes_worth_emptying`, a node a round);
 - ``pollux``: Pollux's cluster-utility band 0.35-0.65 (:mod:`adl.sched.sim.autoscalers`), on
   the same spot nodes;
 - ``fixed``: a fixed on-demand cluster, the fewest nodes whose average JCT is at most adl's at
-  the lower interruption rate (a bisection over 1..16 nodes; if 16 do not reach it, 16),
+  the lower interruption rate (a bisection over 1..max nodes; if the cap does not reach it,
+  the cap),
   billed for every node from time 0 to the last completion.
 
 Spot nodes are interrupted as a Poisson process at each ``--rates`` value (per spot
@@ -21,9 +23,11 @@ autoscaling at equal JCT.
 
     nice -n 19 flock /tmp/adl-heavy.lock .venv/bin/python benchmarks/autoscaling_cost.py \\
         [--workloads 1,2,3,4] [--rates 0.05,0.5] [--first N] [--jobs N] [--on-demand] \\
+        [--max-nodes 16] [--no-emptying] \\
         [--json benchmarks/results/cpu-2026-11-28/autoscaling_cost.json] [--report JSON]
 
-``--on-demand`` adds adl's autoscaler on on-demand nodes only (what spot alone buys).
+``--on-demand`` adds adl's autoscaler on on-demand nodes only (what spot alone buys);
+``--no-emptying`` adds adl's on spot that only asks, never empties (what emptying buys).
 """
 
 from __future__ import annotations
@@ -58,13 +62,15 @@ MAX_NODES = 16
 
 @dataclass(frozen=True)
 class Run:
-    """One replay: ``system`` is an autoscaler name, "adl-on-demand", or "fixed" (``nodes``)."""
+    """One replay: ``system`` is an autoscaler name, "adl-on-demand", "adl-no-emptying" (adl
+    on spot that only asks), or "fixed" (``nodes``)."""
 
     workload: int
     system: str
     rate: float = 0.0
     nodes: int = 0
     first: int | None = None
+    max_nodes: int = MAX_NODES
 
 
 def replay(run: Run) -> dict[str, Any]:
@@ -74,10 +80,11 @@ def replay(run: Run) -> dict[str, Any]:
         config = SimConfig(rounds_on_events=True, num_nodes=run.nodes, gpus_per_node=GPU_4X.gpus)
     else:
         elastic = ElasticConfig(
-            autoscaler="adl" if run.system == "adl-on-demand" else run.system,
+            autoscaler="adl" if run.system.startswith("adl") else run.system,
             spot=run.system != "adl-on-demand",
+            max_emptied_per_round=0 if run.system == "adl-no-emptying" else 1,
             interruptions_per_node_h=run.rate,
-            max_nodes=MAX_NODES,
+            max_nodes=run.max_nodes,
             seed=run.workload,
         )
         config = SimConfig(rounds_on_events=True, gpus_per_node=GPU_4X.gpus, elastic=elastic)
@@ -117,17 +124,19 @@ def figures(result: SimResult, run: Run) -> dict[str, Any]:
     }
 
 
-def search_fixed(workload: int, target_jct_s: float, first: int | None) -> dict[str, Any]:
+def search_fixed(
+    workload: int, target_jct_s: float, first: int | None, max_nodes: int = MAX_NODES
+) -> dict[str, Any]:
     """The fewest fixed on-demand nodes whose average JCT is at most ``target_jct_s`` (JCT
     falls with size; checked at the largest first), with every size tried."""
     tried: dict[int, dict[str, Any]] = {}
 
     def at(n: int) -> dict[str, Any]:
         if n not in tried:
-            tried[n] = replay(Run(workload, "fixed", nodes=n, first=first))
+            tried[n] = replay(Run(workload, "fixed", nodes=n, first=first, max_nodes=max_nodes))
         return tried[n]
 
-    lo, hi = 1, MAX_NODES
+    lo, hi = 1, max_nodes
     matched = at(hi)["avg_jct_s"] <= target_jct_s
     while matched and lo < hi:  # invariant: hi meets the target
         mid = (lo + hi) // 2
@@ -234,6 +243,17 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=None, help="only each workload's first N jobs")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--on-demand", action="store_true", help="add adl on on-demand nodes only")
+    ap.add_argument(
+        "--no-emptying",
+        action="store_true",
+        help="add adl on spot that never empties a node, at each rate (what emptying buys)",
+    )
+    ap.add_argument(
+        "--max-nodes",
+        type=int,
+        default=MAX_NODES,
+        help="the elastic clusters' node cap and the fixed cluster search's upper bound",
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(
         "--report", type=Path, default=None, help="print the tables of a --json file, no replay"
@@ -250,14 +270,25 @@ def main() -> None:
     rates = sorted(float(r) for r in args.rates.split(",") if r)
     if not workloads or not rates or any(w not in (1, 2, 3, 4) for w in workloads):
         ap.error("--workloads takes 1..4, --rates at least one rate")
+    if not 1 <= args.max_nodes <= 256:
+        ap.error("--max-nodes takes 1..256")
     runs = [
-        Run(w, s, rate, first=args.first)
+        Run(w, s, rate, first=args.first, max_nodes=args.max_nodes)
         for w in workloads
         for rate in rates
         for s in ("adl", "pollux")
     ]
+    if args.no_emptying:
+        runs += [
+            Run(w, "adl-no-emptying", rate, first=args.first, max_nodes=args.max_nodes)
+            for w in workloads
+            for rate in rates
+        ]
     if args.on_demand:
-        runs += [Run(w, "adl-on-demand", rates[0], first=args.first) for w in workloads]
+        runs += [
+            Run(w, "adl-on-demand", rates[0], first=args.first, max_nodes=args.max_nodes)
+            for w in workloads
+        ]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         rows = list(pool.map(replay, runs))
@@ -272,6 +303,7 @@ def main() -> None:
                 workloads,
                 [targets[w] for w in workloads],
                 [args.first] * len(workloads),
+                [args.max_nodes] * len(workloads),
             )
         )
     no_spot = [r for r in rows if r["system"] == "adl-on-demand"]
@@ -285,7 +317,8 @@ def main() -> None:
             "node_shape": vars(GPU_4X),
             "elastic": {
                 k: v for k, v in vars(ElasticConfig()).items() if k not in ("shape", "autoscaler")
-            },
+            }
+            | {"max_nodes": args.max_nodes},
             "summary": summary,
             "runs": rows,
         }

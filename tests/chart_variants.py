@@ -48,6 +48,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "namespaced": True,
     },
     "names": {"fullnameOverride": "adl-custom", "nameOverride": "adl-x"},
+    "autoscaling": {
+        "autoscaling": {"enabled": True, "emptyNodesPerRound": 2, "emptyLowValueNodes": True}
+    },
 }
 
 #: the variants ``tests/cluster`` installs (seconds each on the real API server). The scopes

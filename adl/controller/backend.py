@@ -10,7 +10,7 @@ in the driver. Methods are synchronous: the operator runs the driver in a worker
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, RemoveExited
@@ -18,6 +18,7 @@ from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers
 from adl.models import AdaptiveJobStatus, Condition
 from adl.sched.capacity import CapacityAsk, CapacityRule
+from adl.sched.emptying import NodeToEmpty
 from adl.sched.types import NodeInfo
 
 
@@ -93,4 +94,22 @@ class AsksForCapacity(Protocol):
     def ask_capacity(self, asks: Sequence[CapacityAsk]) -> None:
         """Make exactly ``asks`` visible (fewer than before: withdraw the rest). Must not
         raise: a failed ask is logged and retried by the next round."""
+        ...
+
+
+@runtime_checkable
+class EmptiesNodes(Protocol):
+    """Opt-in capability beside :class:`AsksForCapacity`: the autoscaler removes a node once
+    it is empty, so the driver may hold nodes back from the jobs (``adl.sched.emptying``):
+    offered to no job, not cordoned, until they are gone or new demand wants them back. The
+    driver keeps which nodes are held back; the backend says so on the jobs."""
+
+    def kept_by_others(self) -> Collection[str]:
+        """The nodes that something besides adl's workers keeps from being empty: emptying
+        them would free nothing (only an empty node is removed)."""
+        ...
+
+    def nodes_emptied(self, chosen: Sequence[NodeToEmpty], released: Sequence[str]) -> None:
+        """``chosen`` are held back from the next round on (tell each job there why);
+        ``released`` are offered again. Must not raise."""
         ...

@@ -30,7 +30,7 @@ from adl.controller.actions import (
     RemoveExited,
     SetStatus,
 )
-from adl.controller.backend import AsksForCapacity, WorkerBackend
+from adl.controller.backend import AsksForCapacity, EmptiesNodes, WorkerBackend
 from adl.controller.history import CompletedWork
 from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import Timing, set_condition, step, teardown
@@ -42,10 +42,11 @@ from adl.controller.rounds import (
     timed_plan_round,
 )
 from adl.models import Condition, Phase
-from adl.sched.capacity import capacity_asks
+from adl.sched.capacity import CapacityRule, capacity_asks
 from adl.sched.decisions import REASON
+from adl.sched.emptying import NodeToEmpty, keep_emptying, nodes_worth_emptying
 from adl.sched.type_history import TypeSpeedHistory
-from adl.sched.types import Policy
+from adl.sched.types import NodeInfo, Policy
 
 log = logging.getLogger("adl.controller")
 
@@ -103,6 +104,10 @@ class Driver:
         #: per-type speeds jobs measured, by kind: a job's speed on a GPU type it never ran on
         #: is estimated from them (in memory: it is measured again after a restart)
         self.type_history = TypeSpeedHistory()
+        #: nodes held back from the jobs so that the autoscaler can remove them once empty
+        #: (``EmptiesNodes``), by name. In memory: after a restart every node is offered
+        #: again, and the rule picks what is still worth emptying
+        self.emptying: dict[str, NodeToEmpty] = {}
 
     def step_job(self, job: JobRecord, now: datetime) -> list[Action]:
         """One lifecycle step of ``job``, executed; returns the actions taken."""
@@ -141,6 +146,12 @@ class Driver:
         """One scheduling round over everything the backend holds."""
         jobs = self._accrue(list(self.backend.round_jobs()))
         nodes = list(self.backend.round_nodes())
+        # a held-back node that left the listing (gone, leaving, taken by others) is no
+        # longer ours to hold; the rest are offered to no job
+        listed = {n.name for n in nodes}
+        self.emptying = {k: v for k, v in self.emptying.items() if k in listed}
+        held_back = [n for n in nodes if n.name in self.emptying]
+        nodes = [n for n in nodes if n.name not in self.emptying]
         self.completed.record(jobs)
         result = timed_plan_round(
             self.policy,
@@ -160,9 +171,7 @@ class Driver:
         if isinstance(self.backend, AsksForCapacity):
             rule = self.backend.capacity_rule()
             if rule is not None:
-                self.backend.ask_capacity(
-                    capacity_asks(result.infos, result.allocation, nodes, rule)
-                )
+                self._size_cluster(result, nodes, held_back, rule)
         marks = self._mark_faults(jobs, result)
         marks.update(self._mark_holds(jobs, result, marks))
         if marks:
@@ -173,6 +182,37 @@ class Driver:
             event = EmitEvent("Normal", REASON, decision.message)
             self.backend.emit_event(by_key[decision.job], event)
         return result
+
+    def _size_cluster(
+        self,
+        result: RoundResult,
+        nodes: Sequence[NodeInfo],
+        held_back: Sequence[NodeInfo],
+        rule: CapacityRule,
+    ) -> None:
+        """Ask for the GPUs the jobs would put to good use, and (``EmptiesNodes``) hold back
+        the nodes worth emptying: new ones chosen, or all offered again once new demand
+        would use them (better theirs than a new node's). One rule, so the two never fight."""
+        assert isinstance(self.backend, AsksForCapacity)
+        released: list[str] = []
+        if held_back and not keep_emptying(result.infos, result.allocation, nodes, held_back, rule):
+            released, self.emptying = sorted(self.emptying), {}
+            nodes = [*nodes, *held_back]
+        self.backend.ask_capacity(capacity_asks(result.infos, result.allocation, nodes, rule))
+        if not isinstance(self.backend, EmptiesNodes):
+            return
+        chosen: list[NodeToEmpty] = []
+        if not released:
+            chosen = nodes_worth_emptying(
+                result.infos,
+                result.allocation,
+                nodes,
+                rule,
+                kept=self.backend.kept_by_others(),
+            )
+            self.emptying.update({c.node: c for c in chosen})
+        if chosen or released:
+            self.backend.nodes_emptied(chosen, released)
 
     def _mark_faults(
         self, jobs: Sequence[JobRecord], result: RoundResult

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -43,6 +43,7 @@ from adl.operator.capacity_sync import CapacityAsker
 from adl.operator.disruption import leaving_reason
 from adl.operator.kueue import Admission, FlavorError, flavor_pool, queue_of
 from adl.operator.kueue_sync import admissions, flavors_by_name, settle_workload
+from adl.operator.node_emptying import nodes_kept_by_others, say_emptied
 from adl.operator.observe import (
     PodPhase,
     PodState,
@@ -57,6 +58,7 @@ from adl.operator.taints import pod_tolerations
 from adl.operator.tenancy import Ceilings, enforce
 from adl.sched import registry
 from adl.sched.capacity import CapacityAsk, CapacityRule
+from adl.sched.emptying import NodeToEmpty
 from adl.sched.types import NodeInfo, Policy
 
 log = logging.getLogger("adl.operator")
@@ -639,6 +641,14 @@ class KubeWorkerBackend:
 
     def ask_capacity(self, asks: Sequence[CapacityAsk]) -> None:
         self.capacity.apply(asks, self._listed, self._round_pods)
+
+    # ---- emptying nodes (``adl.controller.backend.EmptiesNodes``): never a Node write
+    def kept_by_others(self) -> Collection[str]:
+        """The nodes another pod keeps (the round's pod listing): emptying them frees nothing."""
+        return nodes_kept_by_others(self._round_pods)
+
+    def nodes_emptied(self, chosen: Sequence[NodeToEmpty], released: Sequence[str]) -> None:
+        say_emptied(chosen, released, self._listed, self.events)
 
     def set_desired(self, changed: Mapping[str, list[str]]) -> None:
         for key, alloc in changed.items():

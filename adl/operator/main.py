@@ -151,6 +151,21 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--capacity-empty-per-round",
+        type=int,
+        default=CapacityRule.max_emptied_per_round,
+        metavar="N",
+        help="with --ask-capacity, hold back from the jobs at most N more nodes a round whose "
+        "replicas add less than --capacity-min-gain or fit elsewhere, so that the autoscaler "
+        "removes them once empty (0: never; default: %(default)s)",
+    )
+    p.add_argument(
+        "--capacity-empty-low-value",
+        action="store_true",
+        help="emptying a node may also drop replicas that add less than --capacity-min-gain "
+        "(their jobs shrink); off: only idle nodes and replicas that fit elsewhere",
+    )
+    p.add_argument(
         "--capacity-type-label",
         default=CAPACITY_TYPE_LABEL,
         metavar="KEY",
@@ -227,7 +242,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         p.error(f"--capacity-type-label must be a label key, got {a.capacity_type_label!r}")
     capacity = None
     try:
-        rule = CapacityRule(a.capacity_min_gain, a.capacity_max_gpus, a.capacity_node_gpus)
+        rule = CapacityRule(
+            a.capacity_min_gain,
+            a.capacity_max_gpus,
+            a.capacity_node_gpus,
+            max_emptied_per_round=a.capacity_empty_per_round,
+            drop_low_value=a.capacity_empty_low_value,
+        )
     except ValueError as err:
         p.error(f"--capacity-*: {err}")
     if a.ask_capacity:

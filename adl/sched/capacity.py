@@ -28,6 +28,7 @@ from adl.sched.types import JobInfo, NodeInfo
 #: bounds of the rule's numbers (chart values and flags are checked against them)
 MAX_NODE_GPUS = 64
 MAX_CLUSTER_GPUS = 100_000
+MAX_EMPTIED_PER_ROUND = 64
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,15 @@ class CapacityRule:
     max_gpus: int = 0
     #: GPUs on a node the autoscaler adds: how replicas spread over nodes, for the speedup
     node_gpus: int = 8
+    #: nodes the rule may choose to empty after one round (``adl.sched.emptying``): their
+    #: replicas add too little or fit elsewhere, so the autoscaler can remove them once
+    #: empty; 0: never empty a node. Small, so the cluster shrinks a node at a time
+    max_emptied_per_round: int = 1
+    #: emptying may also drop replicas that add less than ``min_marginal_speedup`` (the job
+    #: shrinks); off: only idle nodes and replicas that fit on free GPUs elsewhere go. Off by
+    #: default: in the simulator, dropping made the policy re-plan the rest of the cluster
+    #: around the lost GPUs, doubling restarts and lengthening JCT ~25 % (docs/results.md)
+    drop_low_value: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.min_marginal_speedup <= 1:
@@ -51,6 +61,11 @@ class CapacityRule:
             raise ValueError(f"max_gpus must be in [0, {MAX_CLUSTER_GPUS}], not {self.max_gpus}")
         if not 1 <= self.node_gpus <= MAX_NODE_GPUS:
             raise ValueError(f"node_gpus must be in [1, {MAX_NODE_GPUS}], not {self.node_gpus}")
+        if not 0 <= self.max_emptied_per_round <= MAX_EMPTIED_PER_ROUND:
+            raise ValueError(
+                f"max_emptied_per_round must be in [0, {MAX_EMPTIED_PER_ROUND}], "
+                f"not {self.max_emptied_per_round}"
+            )
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,19 @@ class CapacityAsk:
         return self.replicas * self.gpus_per_replica
 
 
+def replica_gains(info: JobInfo, rule: CapacityRule, upto: int) -> np.ndarray | None:
+    """What each of the job's replicas 1..``upto`` adds, in GPUs of throughput (index
+    ``k - 1``: replica ``k``; the first adds 1.0), from its speedup model with the replicas
+    packed onto nodes of ``rule.node_gpus`` GPUs; None when the model answers nothing usable.
+    The one measure of a replica's value that asking and emptying both use."""
+    n = np.arange(1, max(upto, 1) + 1)
+    per_node = max(rule.node_gpus // max(info.gpus_per_replica, 1), 1)
+    speed = np.asarray(info.speedup(np.ceil(n / per_node), n), dtype=np.float64)
+    if speed.shape != n.shape or not np.all(np.isfinite(speed)):
+        return None
+    return np.diff(np.concatenate(([0.0], speed))) / max(float(speed[0]), 1e-12)
+
+
 def wanted_replicas(info: JobInfo, rule: CapacityRule) -> tuple[int, float]:
     """The job's wanted replica count under ``rule``, and the marginal gain of its last
     replica (in GPUs of throughput; 1.0 for a job at its minimum)."""
@@ -75,12 +103,9 @@ def wanted_replicas(info: JobInfo, rule: CapacityRule) -> tuple[int, float]:
     cap = min(info.max_replicas, max(2 * info.max_profiled_replicas, floor))
     if cap <= floor:
         return floor, 1.0
-    n = np.arange(1, cap + 1)
-    per_node = max(rule.node_gpus // max(info.gpus_per_replica, 1), 1)
-    speed = np.asarray(info.speedup(np.ceil(n / per_node), n), dtype=np.float64)
-    if speed.shape != n.shape or not np.all(np.isfinite(speed)):
+    gains = replica_gains(info, rule, cap)
+    if gains is None:
         return floor, 1.0  # a model that answers nothing usable: only the minimum is certain
-    gains = np.diff(np.concatenate(([0.0], speed))) / max(float(speed[0]), 1e-12)
     wanted, gain = floor, 1.0
     for k in range(floor, cap):  # replica k + 1
         if gains[k] < rule.min_marginal_speedup:

@@ -3,8 +3,12 @@
 - :class:`AdlAutoscaler` runs the operator's own rule, :func:`adl.sched.capacity.capacity_asks`
   (the very code ``--ask-capacity`` runs): the GPUs each job would put to good use beyond what
   it holds and what stayed free, packed into nodes of the autoscaler's shape; spot capacity for
-  preemptible jobs, on-demand for the others. It never empties nodes: those that stay unused
-  are left to consolidation, as in the operator.
+  preemptible jobs, on-demand for the others. It empties the nodes the operator's rule
+  picks, :func:`adl.sched.emptying.nodes_worth_emptying` (imported too): idle ones and those
+  whose replicas fit on free GPUs elsewhere (and, opted in, those whose replicas add less than
+  the asks' threshold), on-demand and dear nodes first, a node a round; and it offers them
+  again (:func:`adl.sched.emptying.keep_emptying`) rather than launch new nodes once new
+  demand would use them.
 - :class:`PolluxAutoscaler` sizes the cluster the way Pollux (OSDI '21; AdaptDL's scheduler)
   does: keep the *cluster utility* (the jobs' speedups over the GPUs of the nodes in use) inside
   a band, 0.35-0.65; outside it, pick among cluster sizes up to twice today's the one whose best
@@ -23,12 +27,13 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from adl.sched.capacity import CapacityRule, capacity_asks
+from adl.sched.emptying import keep_emptying, nodes_worth_emptying
 from adl.sched.types import JobInfo, NodeInfo
 
 
@@ -44,16 +49,23 @@ class ClusterView:
     pending_on_demand: int
     node_gpus: int
     max_nodes: int
+    #: nodes being emptied: offered to no job until consolidation removes them
+    emptying: Sequence[NodeInfo] = ()
+    #: $/h of each node (ready and emptying ones)
+    prices: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ScaleDecision:
     """Nodes to launch now, and (Pollux) how many of the ready nodes to keep offering: the
-    rest are emptied and left to consolidation (None: keep them all)."""
+    rest are emptied and left to consolidation (None: keep them all); (adl) which ready
+    nodes to empty by name, and whether the nodes being emptied are offered again."""
 
     launch_spot: int = 0
     launch_on_demand: int = 0
     keep: int | None = None
+    empty: tuple[str, ...] = ()
+    release: bool = False
 
 
 class Autoscaler(Protocol):
@@ -67,11 +79,31 @@ class AdlAutoscaler:
     min_marginal_speedup: float = 0.5
     #: preemptible jobs' placeholders prefer spot (the operator's default); off: on-demand
     spot: bool = True
+    #: nodes emptied a round at most (the operator's ``--capacity-empty-per-round``); 0: none
+    max_emptied_per_round: int = 1
+    #: emptying may drop replicas that add too little (``CapacityRule.drop_low_value``)
+    drop_low_value: bool = False
 
     def decide(self, view: ClusterView) -> ScaleDecision:
         g = view.node_gpus
-        rule = CapacityRule(self.min_marginal_speedup, max_gpus=view.max_nodes * g, node_gpus=g)
-        asks = capacity_asks(view.infos, view.allocation, view.nodes, rule)
+        rule = CapacityRule(
+            self.min_marginal_speedup,
+            max_gpus=view.max_nodes * g,
+            node_gpus=g,
+            max_emptied_per_round=self.max_emptied_per_round,
+            drop_low_value=self.drop_low_value,
+        )
+        nodes: Sequence[NodeInfo] = view.nodes
+        release = not keep_emptying(view.infos, view.allocation, nodes, view.emptying, rule)
+        if release:  # new demand: the nodes being emptied cover it before new ones do
+            nodes = [*nodes, *view.emptying]
+        asks = capacity_asks(view.infos, view.allocation, nodes, rule)
+        empty: tuple[str, ...] = ()
+        if not release:
+            chosen = nodes_worth_emptying(
+                view.infos, view.allocation, view.nodes, rule, prices=view.prices
+            )
+            empty = tuple(c.node for c in chosen)
         preemptible = {i.name: i.preemptible for i in view.infos}
         spot_gpus = sum(a.gpus for a in asks if self.spot and preemptible.get(a.job, True))
         od_gpus = sum(a.gpus for a in asks) - spot_gpus
@@ -80,6 +112,8 @@ class AdlAutoscaler:
         return ScaleDecision(
             launch_spot=max(math.ceil(spot_gpus / g) - view.pending_spot, 0),
             launch_on_demand=max(math.ceil(od_gpus / g) - view.pending_on_demand, 0),
+            empty=empty,
+            release=release,
         )
 
 

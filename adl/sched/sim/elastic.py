@@ -9,8 +9,9 @@ a node (one shape, :class:`~adl.sched.sim.cost.NodeShape`):
    the cloud's API); ``startup_s`` after that it is ready, and the first round after offers it
    to the policy;
 3. it goes when it has held no replica for ``consolidate_after_s`` (consolidation); when the
-   autoscaler empties it (Pollux's scale-down: it is offered no more, its jobs move at the next
-   round, and it goes ``consolidate_after_s`` later); or, a spot node, when the cloud takes it
+   autoscaler empties it (Pollux's scale-down, adl's :mod:`adl.sched.emptying`: it is offered
+   no more, its jobs move at the next round, and it goes ``consolidate_after_s`` later unless
+   adl's autoscaler offers it again first, for new demand); or, a spot node, when the cloud takes it
    back: interruptions come as a Poisson process of ``interruptions_per_node_h`` per spot
    node-hour (seeded), each with ``notice_s`` of notice. The jobs on it checkpoint within the
    notice and restart elsewhere at the next round, paying their restart delay and losing no
@@ -71,6 +72,10 @@ class ElasticConfig:
     min_marginal_speedup: float = 0.5
     #: Pollux's cluster-utility band
     band: tuple[float, float] = (0.35, 0.65)
+    #: adl's rule: nodes emptied a round at most (``adl.sched.emptying``); 0: none
+    max_emptied_per_round: int = 1
+    #: adl's rule: emptying may drop replicas that add too little (off: only moves)
+    drop_low_value: bool = False
 
     def __post_init__(self) -> None:
         if self.autoscaler not in AUTOSCALERS:
@@ -87,7 +92,12 @@ class ElasticConfig:
 
     def build_autoscaler(self) -> Autoscaler:
         if self.autoscaler == "adl":
-            return AdlAutoscaler(self.min_marginal_speedup, spot=self.spot)
+            return AdlAutoscaler(
+                self.min_marginal_speedup,
+                spot=self.spot,
+                max_emptied_per_round=self.max_emptied_per_round,
+                drop_low_value=self.drop_low_value,
+            )
         return PolluxAutoscaler(self.band, spot=self.spot)
 
 
@@ -103,6 +113,8 @@ class _Node:
     in_pool: bool = False
     ended_s: float | None = None
     ended_by: str = ""
+    #: emptied by the autoscaler: offered to no job until ``ended_s`` (consolidation)
+    emptied: bool = False
 
 
 @dataclass
@@ -113,6 +125,8 @@ class ElasticCluster:
     config: ElasticConfig
     _nodes: list[_Node] = field(default_factory=list)
     _to_empty: set[str] = field(default_factory=set)
+    #: the autoscaler offers the nodes being emptied again at the next round
+    _release: bool = False
     #: (time, ready nodes, nodes on their way) after each round, for plots and tests
     timeline: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -134,6 +148,9 @@ class ElasticCluster:
         left: set[str] = set()
         used = {n for held in allocation.values() for n in held}
         for node in self._nodes:
+            if self._release and node.emptied and node.ended_s is not None and node.ended_s > now:
+                node.ended_s, node.ended_by, node.emptied = None, "", False
+                node.in_pool, node.idle_since = True, now
             if node.ended_s is not None:
                 continue
             if not node.in_pool and node.name not in self._to_empty and node.ready_s <= now:
@@ -154,6 +171,7 @@ class ElasticCluster:
                     now + c.consolidate_after_s,
                     "consolidated",
                 )
+                node.emptied = True
                 left.add(node.name)
             elif node.name in used:
                 node.idle_since = None
@@ -163,6 +181,7 @@ class ElasticCluster:
                 node.in_pool, node.ended_s, node.ended_by = False, now, "consolidated"
                 left.add(node.name)
         self._to_empty.clear()
+        self._release = False
         return left
 
     def _draw_interruption(self, node: _Node) -> float | None:
@@ -179,6 +198,11 @@ class ElasticCluster:
         c = self.config
         ready = self.offered()
         pending = [n for n in self._nodes if n.ended_s is None and not n.in_pool]
+        emptying = [
+            NodeInfo(n.name, c.shape.gpus, preemptible=n.spot)
+            for n in self._nodes
+            if n.emptied and n.ended_s is not None and n.ended_s > now
+        ]
         view = ClusterView(
             infos=infos,
             allocation=allocation,
@@ -187,15 +211,21 @@ class ElasticCluster:
             pending_on_demand=sum(not n.spot for n in pending),
             node_gpus=c.shape.gpus,
             max_nodes=c.max_nodes,
+            emptying=emptying,
+            prices={n.name: n.price_per_h for n in self._nodes if n.ended_s is None or n.emptied},
         )
         decision = self._autoscaler.decide(view)
-        room = c.max_nodes - len(ready) - len(pending)
+        # a node being emptied still exists (and counts against a NodePool's limits) until
+        # consolidation removes it
+        room = c.max_nodes - len(ready) - len(pending) - len(emptying)
         for spot, count in ((True, decision.launch_spot), (False, decision.launch_on_demand)):
             for _ in range(max(min(count, room), 0)):
                 self._launch(now, spot)
                 room -= 1
         if decision.keep is not None:
             self._to_empty.update(nodes_to_empty(ready, allocation, decision.keep))
+        self._to_empty.update(decision.empty)
+        self._release = decision.release
         on_the_way = sum(n.ended_s is None and not n.in_pool for n in self._nodes)
         self.timeline.append((now, len(ready), on_the_way))
 

@@ -740,3 +740,22 @@ def test_a_namespaced_install_fences_the_workers_ports_in_every_watched_namespac
             d["metadata"]["labels"].get("app.kubernetes.io/component") != "workers"
             for d in kinds(docs, "NetworkPolicy")
         )
+
+
+def test_autoscaling_values_reach_the_operator_s_capacity_rule() -> None:
+    from adl.operator.main import parse_args
+    from adl.sched.capacity import MAX_EMPTIED_PER_ROUND
+
+    (deploy,) = kinds(render(VARIANTS["autoscaling"]), "Deployment")
+    opts = parse_args(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert opts.capacity is not None and opts.capacity.max_emptied_per_round == 2
+    assert opts.capacity.drop_low_value
+    (plain,) = kinds(render({"autoscaling": {"enabled": True}}), "Deployment")
+    rule = parse_args(plain["spec"]["template"]["spec"]["containers"][0]["args"]).capacity
+    assert rule is not None and (rule.max_emptied_per_round, rule.drop_low_value) == (1, False)
+    (off,) = kinds(render({}), "Deployment")
+    assert parse_args(off["spec"]["template"]["spec"]["containers"][0]["args"]).capacity is None
+    # the schema's range is the rule's: a value that installs never stops the operator
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    bounds = schema["properties"]["autoscaling"]["properties"]["emptyNodesPerRound"]
+    assert (bounds["minimum"], bounds["maximum"]) == (0, MAX_EMPTIED_PER_ROUND)

@@ -107,3 +107,22 @@ def test_adl_autoscaler_packs_the_capacity_asks_into_nodes_spot_for_preemptible_
     # without spot, everything is on-demand
     d = AdlAutoscaler(spot=False).decide(view(infos, {}, []))
     assert (d.launch_spot, d.launch_on_demand) == (0, 2)  # 7 GPUs, packed
+
+
+def test_adl_autoscaler_empties_what_the_operator_s_rule_picks_and_offers_it_again_for_demand():
+    poor = JobInfo("a", speedup=sqrt_speedup, max_replicas=16, max_profiled_replicas=8)
+    nodes = [NodeInfo("n0", 4), NodeInfo("n1", 4)]
+    # a's 5th replica (on n1 alone) adds sqrt(5) - 2 = 0.24 of a GPU: n1 is emptied
+    thin = {"a": ["n0"] * 4 + ["n1"]}
+    assert AdlAutoscaler().decide(view([poor], thin, nodes)).empty == ()  # unless opted in
+    d = AdlAutoscaler(drop_low_value=True).decide(view([poor], thin, nodes))
+    assert (d.empty, d.release, d.launch_spot) == (("n1",), False, 0)
+    off = AdlAutoscaler(max_emptied_per_round=0, drop_low_value=True)
+    assert off.decide(view([poor], thin, nodes)).empty == ()
+    # n1 being emptied; a new job wants 4 GPUs: n1 is offered again, no node launched
+    hungry = JobInfo("b", speedup=linear, max_replicas=4, max_profiled_replicas=2, submit_order=1)
+    again = ClusterView(
+        [poor, hungry], {"a": ["n0"] * 4}, nodes[:1], 0, 0, 4, 16, emptying=nodes[1:]
+    )
+    d = AdlAutoscaler().decide(again)
+    assert (d.empty, d.release, d.launch_spot) == ((), True, 0)

@@ -93,6 +93,30 @@ def test_pollux_empties_the_nodes_beyond_its_size_and_they_are_billed_until_cons
     assert (life.ended_s, life.ended_by) == (180 + 300, "consolidated")
 
 
+def test_adl_empties_a_low_value_node_and_offers_it_again_when_new_demand_comes():
+    config = ElasticConfig(provisioning_s=0, startup_s=0, drop_low_value=True)
+    cluster = ElasticCluster(config)
+    sqrt = lambda n, k: np.sqrt(np.asarray(k, dtype=np.float64))  # noqa: E731
+    linear = lambda n, k: np.asarray(k, dtype=np.float64)  # noqa: E731
+    hungry = JobInfo("h", speedup=linear, max_replicas=8, max_profiled_replicas=4)
+    cluster.after_round(0, [hungry], {})  # h wants 8 GPUs: two nodes
+    cluster.begin_round(0, {})
+    assert names(cluster) == ["spot-0000", "spot-0001"]
+    # h is gone; a poor scaler holds one node and one GPU of the other
+    poor = JobInfo("a", speedup=sqrt, max_replicas=16, max_profiled_replicas=8)
+    thin = {"a": ["spot-0000"] * 4 + ["spot-0001"]}
+    cluster.after_round(60, [poor], thin)
+    assert cluster.begin_round(120, thin) == {"spot-0001"}  # emptied: a's 5th replica goes
+    assert names(cluster) == ["spot-0000"]
+    # a new job wants 4 GPUs before consolidation took spot-0001: it is offered again
+    wants = JobInfo("b", speedup=linear, max_replicas=4, max_profiled_replicas=2, submit_order=1)
+    held = {"a": ["spot-0000"] * 4}
+    cluster.after_round(120, [poor, wants], held)
+    cluster.begin_round(180, held)
+    assert names(cluster) == ["spot-0000", "spot-0001"]
+    assert len(cluster.lives(180)) == 2  # no node launched for b
+
+
 class OneGpuEach:
     """Every job one GPU: where it already is, else on any node with room."""
 
