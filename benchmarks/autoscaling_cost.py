@@ -22,7 +22,8 @@ the fixed cluster at an average JCT no worse, at the lower rate; cheaper than Po
 autoscaling at equal JCT.
 
     nice -n 19 flock /tmp/adl-heavy.lock .venv/bin/python benchmarks/autoscaling_cost.py \\
-        [--workloads 1,2,3,4] [--rates 0.05,0.5] [--first N] [--jobs N] [--on-demand] \\
+        [--workloads 1,2,3,4] [--generated K] [--rates 0.05,0.5] [--first N] [--jobs N] \\
+        [--on-demand] \\
         [--max-nodes 16] [--no-emptying] \\
         [--json benchmarks/results/cpu-2026-11-28/autoscaling_cost.json] [--report JSON]
 
@@ -51,6 +52,7 @@ import numpy as np  # noqa: E402
 
 from adl.sched.sim.cost import GPU_4X, fixed_cluster_bill  # noqa: E402
 from adl.sched.sim.elastic import ElasticConfig  # noqa: E402
+from adl.sched.sim.generate import generate_workload  # noqa: E402
 from adl.sched.sim.metrics import summarize  # noqa: E402
 from adl.sched.sim.policies import make_policy  # noqa: E402
 from adl.sched.sim.simulator import SimConfig, SimResult, simulate  # noqa: E402
@@ -73,9 +75,26 @@ class Run:
     max_nodes: int = MAX_NODES
 
 
+#: generated workload K is workload GENERATED + K here (its interruption seed too)
+GENERATED = 100
+
+
+def workload_name(workload: int | str) -> str:
+    """``workload-2``, ``gen-1`` (a generated one), or ``mean``."""
+    if not isinstance(workload, int):
+        return str(workload)
+    return f"gen-{workload - GENERATED}" if workload > GENERATED else f"workload-{workload}"
+
+
+def workload_jobs(workload: int) -> list[Any]:
+    """A published workload (1..4) or a generated one (``GENERATED + seed``)."""
+    if workload > GENERATED:
+        return list(generate_workload(workload - GENERATED))
+    return load_workload(default_traces_dir() / "workloads" / f"workload-{workload}.csv")
+
+
 def replay(run: Run) -> dict[str, Any]:
-    path = default_traces_dir() / "workloads" / f"workload-{run.workload}.csv"
-    jobs = load_workload(path)[: run.first]
+    jobs = workload_jobs(run.workload)[: run.first]
     if run.system == "fixed":
         config = SimConfig(rounds_on_events=True, num_nodes=run.nodes, gpus_per_node=GPU_4X.gpus)
     else:
@@ -173,7 +192,8 @@ def report(rows: list[dict[str, Any]], rates: list[float], workloads: list[int])
     for rate in rates:
         mine = [r for r in rows if r["system"] == "fixed" or r["rate"] == rate]
         systems = list(dict.fromkeys(r["system"] for r in mine))
-        print(f"\n### {rate:g} interruptions per spot node-hour (workloads {workloads})\n")
+        names = ", ".join(workload_name(w) for w in workloads)
+        print(f"\n### {rate:g} interruptions per spot node-hour ({names})\n")
         print("| workload | system | " + " | ".join(c[0] for c in COLUMNS) + " |")
         print("|---|---|" + "---|" * len(COLUMNS))
         means: dict[str, dict[str, float]] = {}
@@ -195,7 +215,7 @@ def report(rows: list[dict[str, Any]], rates: list[float], workloads: list[int])
                 if w == "mean":
                     means[system] = m
                 cells = [format(m[key] * scale, spec) for _, key, scale, spec in COLUMNS]
-                print(f"| {w} | {label} | " + " | ".join(cells) + " |")
+                print(f"| {workload_name(w)} | {label} | " + " | ".join(cells) + " |")
         goals = goal_lines(means, fixed_applies=rate == low)
         for line in goals:
             print(line)
@@ -239,6 +259,9 @@ def goal_lines(means: dict[str, dict[str, float]], fixed_applies: bool) -> list[
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="1,2,3,4")
+    ap.add_argument(
+        "--generated", type=int, default=0, help="also K generated workloads (seeds 1..K)"
+    )
     ap.add_argument("--rates", default="0.05,0.5")
     ap.add_argument("--first", type=int, default=None, help="only each workload's first N jobs")
     ap.add_argument("--jobs", type=int, default=1)
@@ -268,8 +291,13 @@ def main() -> None:
         return
     workloads = [int(w) for w in args.workloads.split(",") if w]
     rates = sorted(float(r) for r in args.rates.split(",") if r)
-    if not workloads or not rates or any(w not in (1, 2, 3, 4) for w in workloads):
+    if not rates or any(w not in (1, 2, 3, 4) for w in workloads):
         ap.error("--workloads takes 1..4, --rates at least one rate")
+    if not 0 <= args.generated <= 16:
+        ap.error("--generated takes 0..16")
+    workloads += [GENERATED + k for k in range(1, args.generated + 1)]
+    if not workloads:
+        ap.error("no workload: --workloads or --generated")
     if not 1 <= args.max_nodes <= 256:
         ap.error("--max-nodes takes 1..256")
     runs = [
