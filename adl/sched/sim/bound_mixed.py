@@ -178,8 +178,10 @@ def prepare_typed_jobs(
     traces: Mapping[str, AppTrace] | None = None,
     slot_s: int = 1200,
     reference_gpus: Sequence[int] = REFERENCE_GPUS,
+    cache: dict[tuple[object, ...], RateEnvelope] | None = None,
 ) -> list[TypedJob]:
-    """The LP's view of each job: release, alone time, pacing order and currencies."""
+    """The LP's view of each job: release, alone time, pacing order and currencies.
+    ``cache`` keeps the rate envelopes (seconds each) for later calls, e.g. other workloads."""
     if not 1 <= slot_s <= 86400:
         raise ValueError("slot_s must be between 1 s and a day")
     if not workload:
@@ -189,7 +191,7 @@ def prepare_typed_jobs(
     for w in workload:
         batches.setdefault(w.application, set()).add(w.batch_size)
     types = cluster.types
-    cache: dict[tuple[str, int, int, float], RateEnvelope] = {}
+    cache = {} if cache is None else cache
     jobs = []
     for w in workload:
         app = apps[w.application]
@@ -201,14 +203,15 @@ def prepare_typed_jobs(
             nodes = sum(cluster.nodes_of(t) for t in order[i:])
             kmax = max(1, min(cap, nodes * cluster.gpus_per_node))
             speed = cluster.speed_of(w.application, gpu_type)
-            key = (w.application, kmax, nodes, speed)
+            fixed = tuple(sorted(batches[w.application]))
+            key = (w.application, kmax, nodes, speed, cluster.gpus_per_node, fixed)
             if key not in cache:
                 cache[key] = rate_envelope(
                     app,
                     kmax=kmax,
                     gpus_per_node=cluster.gpus_per_node,
                     num_nodes=nodes,
-                    fixed_batches=sorted(batches[w.application]),
+                    fixed_batches=fixed,
                     speed=speed,
                 )
             envs.append(cache[key])
@@ -332,10 +335,11 @@ def typed_lower_bound(
     traces: Mapping[str, AppTrace] | None = None,
     max_rounds: int = 6,
     reference_gpus: Sequence[int] = REFERENCE_GPUS,
+    cache: dict[tuple[object, ...], RateEnvelope] | None = None,
 ) -> BoundResult:
     """The LP lower bound on the average JCT of ``workload`` on a typed cluster (see the
     module docstring); ``alone_avg_jct_s`` is the typed alone bound."""
-    jobs = prepare_typed_jobs(workload, cluster, traces, slot_s, reference_gpus)
+    jobs = prepare_typed_jobs(workload, cluster, traces, slot_s, reference_gpus, cache)
     type_gpus = [cluster.nodes_of(t) * cluster.gpus_per_node for t in cluster.types]
     span = np.array([max(8.0 * j.alone_s, 3600.0) for j in jobs])
     release = np.array([j.release_s for j in jobs])
