@@ -76,7 +76,8 @@ def bound_row(cluster: str, workload: int, slot: int, refs: tuple[int, ...]) -> 
         "lp_rounds": res.rounds,
         "variables": res.variables,
         "constraints": res.constraints,
-        "bound_by_app_s": {
+        # how the LP optimum splits its mean by application (only the mean is a bound)
+        "lp_jct_by_app_s": {
             app: float(np.mean([j.jct_bound_s for j in res.jobs if j.application == app]))
             for app in sorted({j.application for j in res.jobs})
         },
@@ -91,7 +92,7 @@ def report(rows: list[dict[str, Any]], jcts: dict[tuple[str, int, str], float]) 
         "| adl / bound | Sia / bound | 0.8 x Sia / bound |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for cluster in sorted({r["cluster"] for r in rows}, reverse=True):
+    for cluster in sorted({r["cluster"] for r in rows}, key=list(MIXES).index):
         mine = sorted((r for r in rows if r["cluster"] == cluster), key=lambda r: r["workload"])
         ratios: dict[str, list[float]] = {"adl": [], "sia": [], "goal": []}
         for r in mine:

@@ -14,7 +14,10 @@ produce is at most ``r_e(k)``:
   (:func:`split_batch` of the workload's batch sizes, the fixed adaptive batch and the
   fallback ``max(B0, min_local_bsz * k)``), whatever their global batch;
 - applications whose adaptive runs keep one fixed batch (``FIXED_ADAPTIVE_BATCH``) run only
-  those splits, as :class:`~adl.sched.sim.job.SimJob` does.
+  those splits, as :class:`~adl.sched.sim.job.SimJob` does;
+- on a GPU type of compute ``speed`` (a mixed cluster), every step time by the simulator's
+  per-type rule (:meth:`AppTrace.step_sync_on`: compute over ``speed``, sync unchanged), which
+  :mod:`adl.sched.sim.bound_mixed` uses.
 
 Rates are then normalised per epoch by the epoch's best rate over all ``k``: in these units an
 epoch's work is the seconds it would take alone on the cluster, and the job's total is its
