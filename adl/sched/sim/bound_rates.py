@@ -14,7 +14,10 @@ produce is at most ``r_e(k)``:
   (:func:`split_batch` of the workload's batch sizes, the fixed adaptive batch and the
   fallback ``max(B0, min_local_bsz * k)``), whatever their global batch;
 - applications whose adaptive runs keep one fixed batch (``FIXED_ADAPTIVE_BATCH``) run only
-  those splits, as :class:`~adl.sched.sim.job.SimJob` does.
+  those splits, as :class:`~adl.sched.sim.job.SimJob` does;
+- on a GPU type of compute ``speed`` (a mixed cluster), every step time by the simulator's
+  per-type rule (:meth:`AppTrace.step_sync_on`: compute over ``speed``, sync unchanged), which
+  :mod:`adl.sched.sim.bound_mixed` uses.
 
 Rates are then normalised per epoch by the epoch's best rate over all ``k``: in these units an
 epoch's work is the seconds it would take alone on the cluster, and the job's total is its
@@ -120,11 +123,18 @@ def _placements(app: AppTrace, k: int, gpus_per_node: int, num_nodes: int) -> li
     return out
 
 
-def _step_sync(app: AppTrace, k: int, source: object, m: FloatArray) -> tuple[FloatArray, ...]:
+def _step_sync(
+    app: AppTrace, k: int, source: object, m: FloatArray, speed: float = 1.0
+) -> tuple[FloatArray, FloatArray]:
     if isinstance(source, int):
-        return app.interpolated_step_sync(source, k, m)
-    assert isinstance(source, tuple)
-    return app.step_sync_times(source, m)
+        step, sync = app.interpolated_step_sync(source, k, m)
+    else:
+        assert isinstance(source, tuple)
+        step, sync = app.step_sync_times(source, m)
+    if speed != 1.0:
+        # the per-type rule of AppTrace.step_sync_on: compute takes 1 / speed, sync the same
+        step = sync + np.maximum(step - sync, 0.0) / speed
+    return step, sync
 
 
 def _fixed_splits(app: AppTrace, k: int, batches: Iterable[int]) -> list[tuple[int, int]]:
@@ -150,9 +160,11 @@ def min_step_times(
     gpus_per_node: int,
     num_nodes: int,
     fixed_batches: Iterable[int] = (),
+    speed: float = 1.0,
 ) -> FloatArray:
     """Shortest optimizer-step time (accumulation included) per global batch ``B`` on ``k``
-    GPUs (index ``B``; ``inf`` where no configuration gives that batch)."""
+    GPUs of compute ``speed`` (index ``B``; ``inf`` where no configuration gives that
+    batch)."""
     fixed = FIXED_ADAPTIVE_BATCH.get(app.name)
     batches = {*fixed_batches, max(app.init_batch_size, app.min_local_bsz * k)}
     if fixed:
@@ -164,7 +176,7 @@ def min_step_times(
     micro = np.empty(0) if fixed else np.arange(1, app.max_local_bsz + 1, dtype=np.float64)
     for source in sources:
         if len(micro):
-            step, sync = _step_sync(app, k, source, micro)
+            step, sync = _step_sync(app, k, source, micro, speed)
             for s in range(app.max_batch_size // k):
                 keep = k * micro * (s + 1) <= app.max_batch_size
                 if not keep.any():
@@ -172,7 +184,7 @@ def min_step_times(
                 batch = (k * micro[keep] * (s + 1)).astype(np.int64)
                 np.minimum.at(best, batch, step[keep] + s * (step[keep] - sync[keep]))
         for m, s in splits:
-            st, sy = _step_sync(app, k, source, np.array([float(m)]))
+            st, sy = _step_sync(app, k, source, np.array([float(m)]), speed)
             b = k * m * (s + 1)
             best[b] = min(best[b], float(st[0] + s * (st[0] - sy[0])))
     return best
@@ -203,12 +215,21 @@ def rate_envelope(
     gpus_per_node: int,
     num_nodes: int,
     fixed_batches: Iterable[int] = (),
+    speed: float = 1.0,
 ) -> RateEnvelope:
-    """The :class:`RateEnvelope` of ``app`` on ``1 .. kmax`` GPUs (see the module docstring)."""
+    """The :class:`RateEnvelope` of ``app`` on ``1 .. kmax`` GPUs of compute ``speed`` relative
+    to the traces' (a GPU type, :mod:`adl.sched.sim.gpu_mix`; see the module docstring)."""
+    if not 0.0 < speed < math.inf:
+        raise ValueError(f"a GPU type's speed must be positive and finite, got {speed}")
     fixed = tuple(fixed_batches)
     steps = [
         min_step_times(
-            app, k, gpus_per_node=gpus_per_node, num_nodes=num_nodes, fixed_batches=fixed
+            app,
+            k,
+            gpus_per_node=gpus_per_node,
+            num_nodes=num_nodes,
+            fixed_batches=fixed,
+            speed=speed,
         )
         for k in range(1, kmax + 1)
     ]
