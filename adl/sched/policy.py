@@ -463,10 +463,10 @@ class AdlPolicy:
             job.floor_speedup = job.table.get(-(-count // per_node), count, job.cap)
 
     def _quiet(self, jobs: Sequence[_Job]) -> float:
-        """With ``quiet_growth``: the youngest job's age when every job holds GPUs and none
-        arrived within ``restart_horizon_s`` (a quiet round), else 0. The youngest age is
-        the time since the last arrival that is still running, a lower bound on the time
-        since the last arrival: the Lindy estimate of how long until the next one."""
+        """With ``quiet_growth``: the youngest job's age when every job holds GPUs and it is
+        older than ``restart_horizon_s`` (a quiet round), else 0. The youngest age is the time
+        since the last arrival still running (a later one may have finished already), taken
+        as the Lindy estimate of how long until the next arrival."""
         k = self.knobs
         if not k.quiet_growth or not jobs or any(job.prev is None for job in jobs):
             return 0.0
