@@ -11,7 +11,7 @@ on each type (0.5-2x its model) and one in five restricted to one type; every al
 checked to keep each job on one type it allows (1, the default: a uniform cluster as before).
 
     .venv/bin/python benchmarks/sched_scale.py [--rounds 12] [--tiers 1] [--gpu-types 1]
-        [--json out.json]
+        [--policy-knob NAME=VALUE ...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import numpy as np
 from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams, PerfParams
 from adl.sched.placement import validate_allocation
 from adl.sched.policy import AdlPolicy
+from adl.sched.policy_knobs import parse_knobs
 from adl.sched.speedup import SpeedupFunction
 from adl.sched.types import JobInfo, NodeInfo
 
@@ -98,6 +99,7 @@ def run_case(
     refresh: float,
     tiers: int = 1,
     gpu_types: int = 1,
+    knobs: dict[str, float | bool] | None = None,
 ) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     types = gpu_type_names(gpu_types)
@@ -109,7 +111,7 @@ def run_case(
     # drawn after the jobs, so that a uniform run draws what it drew before types existed
     jobs = [typed(rng, job, types) for job in jobs]
     allowed = {job.name: job.gpu_types for job in jobs}
-    policy = AdlPolicy(seed=seed)
+    policy = AdlPolicy(seed=seed, **(knobs or {}))
     previous: dict[str, list[str]] = {}
     latencies: list[float] = []
     for _ in range(rounds):
@@ -157,7 +159,14 @@ def main() -> None:
     parser.add_argument("--tiers", type=int, default=1, help="priorities the jobs are spread over")
     parser.add_argument("--gpu-types", type=int, default=1, help="GPU types of the cluster")
     parser.add_argument("--json", type=str, default=None)
+    parser.add_argument(
+        "--policy-knob", action="append", default=[], metavar="NAME=VALUE", help="adl knobs"
+    )
     args = parser.parse_args()
+    try:
+        knobs = parse_knobs(args.policy_knob)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
 
     rows = []
     print(f"{'jobs':>6} {'GPUs':>6} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9} {'alloc':>6}")
@@ -171,6 +180,7 @@ def main() -> None:
                 args.refresh,
                 args.tiers,
                 args.gpu_types,
+                knobs,
             )
             rows.append(row)
             print(

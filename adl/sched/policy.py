@@ -71,6 +71,7 @@ from adl.sched.knapsack import best_counts
 from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_efficiency import beyond_efficient, efficient_count
 from adl.sched.policy_knobs import Knobs
+from adl.sched.policy_starvation import boosted_weight, deficit_s
 from adl.sched.policy_weights import aging, rank_weights
 from adl.sched.speedup_table import SpeedupTable
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
@@ -93,6 +94,11 @@ class _Job:
     fair: float = 1.0  # speedup at an equal share of the cluster (power-mean normalisation)
     efficient: int = 0  # most replicas at the efficiency floor (0 = no floor applies)
     efficient_speedup: float = 0.0  # the speedup there
+    #: ``starve_bound_s``: the weight of its first ``floor_count`` replicas (0 = no floor),
+    #: and its (packed) speedup at that count
+    floor_weight: float = 0.0
+    floor_count: int = 0
+    floor_speedup: float = 0.0
     replicas: int = 0
     utility: float = 0.0
     #: (re)started or resized less than ``min_tenure_s`` ago: keeps its GPUs (may still grow)
@@ -156,6 +162,8 @@ class AdlPolicy:
         # that reached ``resumes_per_hour`` keeps its GPUs
         self._resumes: dict[str, list[float]] = {}
         self._hold_until: dict[str, float] = {}
+        # this tier's quiet time (``quiet_growth``), set by ``_prepare``: 0 = not quiet
+        self._quiet_s = 0.0
 
     def ranks_by_predicted_remaining(self) -> bool:
         """:class:`RanksByPredictedRemaining`: whether the knobs let the prediction count."""
@@ -209,9 +217,13 @@ class AdlPolicy:
         churn = (horizon / min(lifetime, horizon)) ** k.churn_power
         return max(job.restart_cost_s, 0.0) * churn
 
-    def _penalty(self, restart_s: float, remaining: float, speedup: float) -> float:
+    def _penalty(
+        self, restart_s: float, remaining: float, speedup: float, longest: float = 0.0
+    ) -> float:
+        """``restart_s`` over the time the new configuration is expected to last: the
+        horizon (or ``longest``, where longer), or less when the job finishes sooner."""
         k = self.knobs
-        horizon = min(k.restart_horizon_s, remaining / max(speedup, 1e-9))
+        horizon = min(max(k.restart_horizon_s, longest), remaining / max(speedup, 1e-9))
         frac = restart_s / max(horizon, 1e-9)
         return min(max(frac, 0.0), k.max_restart_penalty)
 
@@ -279,17 +291,28 @@ class AdlPolicy:
             # so a job's first GPUs count more than another job's extra ones (the tail).
             speedup = job.fair * (speedup / job.fair) ** q
         value = job.weight * speedup
+        if job.floor_count:
+            # a starved job's first GPUs (up to an equal share) at its boosted weight
+            value += (job.floor_weight - job.weight) * min(speedup, job.floor_speedup)
         if moved:  # (re)starting costs every job the same delay
+            k = self.knobs
             restart_s = job.restart_s
+            longest, margin = 0.0, k.change_margin
             if job.prev is not None and replicas > job.prev_replicas:
                 # GPUs a running job grows into are on loan: when a more urgent job needs them
                 # back, it restarts a second time. Growth must pay for both restarts.
-                restart_s *= self.knobs.grow_restarts
-            value *= 1.0 - self._penalty(restart_s, job.remaining, speedup)
+                restart_s *= k.grow_restarts
+                if self._quiet_s > 0.0:
+                    # no arrival for ``_quiet_s``: the loan is expected to last that long
+                    # (or until the job ends), and a wrong model costs one restart over it,
+                    # so the margin against model error shrinks in proportion
+                    longest = self._quiet_s
+                    margin *= k.restart_horizon_s / self._quiet_s
+            value *= 1.0 - self._penalty(restart_s, job.remaining, speedup, longest)
             if job.prev is not None:
                 # Hysteresis: a running job's change must beat staying by more than the
                 # model's own error, or the policy restarts jobs on noise.
-                value /= 1.0 + self.knobs.change_margin
+                value /= 1.0 + margin
         if replicas > 0:
             # a running job left without GPUs loses its restart (``charge``): every placement
             # of it is worth that much more than none
@@ -415,11 +438,40 @@ class AdlPolicy:
                 per_node = max(cluster.max_gpus // job.gpr, 1)
                 job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)
         self._alternative_weights(out, cluster.max_gpus)
+        self._quiet_s = self._quiet(out)
+        if self.knobs.starve_bound_s > 0:
+            self._starvation_floor(out, share, cluster.max_gpus)
         self._tenure(out, previous)
         if self.knobs.efficiency_floor > 0:
             for job in out:
                 self._efficiency_cap(job, cluster.max_gpus)
         return out
+
+    def _starvation_floor(self, jobs: list[_Job], share: int, node_gpus: int) -> None:
+        """``starve_bound_s``: jobs behind an equal share (``share`` GPUs) for longer than the
+        bound get a boosted weight on their first GPUs (:mod:`adl.sched.policy_starvation`)."""
+        k = self.knobs
+        top = max((job.weight for job in jobs), default=0.0)
+        for job in jobs:
+            behind = deficit_s(job.info.age_s, job.info.attained_service_s, share)
+            boosted = boosted_weight(job.weight, behind, k.starve_bound_s, top)
+            if boosted <= job.weight:
+                continue
+            count = max(min(share // job.gpr, job.cap), 1)
+            per_node = max(node_gpus // job.gpr, 1)
+            job.floor_weight, job.floor_count = boosted, count
+            job.floor_speedup = job.table.get(-(-count // per_node), count, job.cap)
+
+    def _quiet(self, jobs: Sequence[_Job]) -> float:
+        """With ``quiet_growth``: the youngest job's age when every job holds GPUs and it is
+        older than ``restart_horizon_s`` (a quiet round), else 0. The youngest age is the time
+        since the last arrival still running (a later one may have finished already), taken
+        as the Lindy estimate of how long until the next arrival."""
+        k = self.knobs
+        if not k.quiet_growth or not jobs or any(job.prev is None for job in jobs):
+            return 0.0
+        youngest = min(job.info.age_s for job in jobs)
+        return youngest if youngest > k.restart_horizon_s else 0.0
 
     def _held_s(self, info: JobInfo, nodes: Sequence[str]) -> float | None:
         """Seconds ``info`` has held ``nodes`` under this policy (None: not known, as after a

@@ -104,6 +104,21 @@ class Knobs:
     #: old, so a job that keeps being preempted and resumed waits for one long tenure instead
     #: of flapping; other resumes stay preemptible by shorter jobs (issue 34)
     resumes_per_hour: float = 0.0  # a whole number: a fraction is rounded down
+    #: on: in a *quiet* round (every job of the tier already holds GPUs, and the youngest is
+    #: older than ``restart_horizon_s``), a running job's growth pays its restart over its
+    #: time left at the new size, up to the youngest job's age (the time since the last
+    #: arrival still running, the Lindy estimate of the time until the next one), and the
+    #: change margin shrinks in proportion, so GPUs no one waits for do not stay idle for
+    #: hours behind the hysteresis (issue 34's drain phase; measured: a shorter mean and a
+    #: longer makespan, so off)
+    quiet_growth: bool = False
+    #: a bound on starvation, seconds (0 = off): a job's *deficit* is its age less the time
+    #: an equal share of the cluster (its GPUs over the jobs of the tier) would have taken
+    #: to give it the GPU-seconds it has had; past this many seconds of deficit, its first
+    #: GPUs, up to that equal share, are weighed as if its weight were ``deficit / bound``
+    #: times its own, at most the tier's largest weight (:mod:`adl.sched.policy_starvation`;
+    #: 600 measured: a 3-4% shorter makespan, today's mean 2.5% longer, so off)
+    starve_bound_s: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

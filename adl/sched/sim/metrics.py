@@ -78,3 +78,23 @@ def per_job(result: SimResult) -> list[dict[str, Any]]:
         }
         for j in result.jobs
     ]
+
+
+def gpu_hours(result: SimResult) -> dict[str, Any]:
+    """Where a replay's GPU-time went, in GPU-hours: held by each application's jobs (their
+    attained service, restarts included) and idle. ``makespan x GPUs = held + idle`` exactly,
+    so on a cluster busy to the end the makespan follows the GPU-hours the policy spends on
+    the same work (docs/results.md, "Where the makespan goes")."""
+    done = [j for j in result.jobs if j.completion_s is not None]
+    first = min((j.submit_s for j in result.jobs), default=0)
+    last = max((j.completion_s or 0 for j in done), default=first)
+    held: dict[str, float] = {}
+    for job in result.jobs:
+        held[job.application] = held.get(job.application, 0.0) + job.gpu_seconds / 3600.0
+    total = result.total_gpus * (last - first) / 3600.0
+    return {
+        "held_by_app": dict(sorted(held.items())),
+        "held": sum(held.values()),
+        "idle": total - sum(held.values()),
+        "makespan_s": float(last - first),
+    }

@@ -59,6 +59,7 @@ def test_a_switch_takes_one_or_zero_only() -> None:
         "use_predicted_remaining",
         "aging_best",
         "tenure_all",
+        "quiet_growth",
     }
 
 
