@@ -27,7 +27,7 @@ from adl.sched.hints import (
     speedup_from_hints,
     type_speed_from_models,
 )
-from adl.sched.type_explore import explore_types
+from adl.sched.type_explore import explore_types, free_by_type
 from adl.sched.type_history import TypeSpeedHistory, with_type_estimates
 from adl.sched.types import (
     Allocation,
@@ -347,7 +347,7 @@ def plan_round(
         predictions_used=ranker is not None and ranker.ranks_by_predicted_remaining(),
         unit=unit,
         node_types={n.name: n.gpu_type for n in nodes},
-        free_by_type=_free_by_type(nodes, allocation, gpus_of),
+        free_by_type=free_by_type(nodes, allocation, gpus_of),
     )
     holds = _holds(policy, infos, free_nodes, moving_prev, raw, unit)
     return RoundResult(
@@ -386,20 +386,6 @@ def _confined(record: JobRecord, answer: Sequence[str]) -> list[str]:
         return list(answer)
     kept = [n for n in answer if n in record.nodes]
     return kept if len(kept) >= max(record.spec.min_replicas, 1) else []
-
-
-def _free_by_type(
-    nodes: Sequence[NodeInfo], allocation: Mapping[str, list[str]], gpus_of: Mapping[str, int]
-) -> dict[str, int]:
-    """GPUs free on each GPU type after ``allocation`` (a node counts no lower than empty)."""
-    used: dict[str, int] = {}
-    for job, held in allocation.items():
-        for node in held:
-            used[node] = used.get(node, 0) + gpus_of.get(job, 1)
-    out: dict[str, int] = {}
-    for n in nodes:
-        out[n.gpu_type] = out.get(n.gpu_type, 0) + max(n.gpus - used.get(n.name, 0), 0)
-    return out
 
 
 def _holds(

@@ -34,12 +34,13 @@ from adl.sched.types import JobInfo, NodeInfo
 EXPLORE_SPEED = 1.5
 
 
-def _free_before(
-    nodes: Sequence[NodeInfo], previous: Mapping[str, Sequence[str]], gpus_of: Mapping[str, int]
+def free_by_type(
+    nodes: Sequence[NodeInfo], allocation: Mapping[str, Sequence[str]], gpus_of: Mapping[str, int]
 ) -> dict[str, int]:
-    """GPUs of each type that no job holds before the round."""
+    """GPUs free on each GPU type under ``allocation`` (job -> its replicas' nodes; a replica
+    holds ``gpus_of[job]`` GPUs, 1 when absent); a node counts no lower than empty."""
     used: dict[str, int] = {}
-    for job, held in previous.items():
+    for job, held in allocation.items():
         for node in held:
             used[node] = used.get(node, 0) + gpus_of.get(job, 1)
     free: dict[str, int] = {}
@@ -62,7 +63,7 @@ def explore_types(
     if len(present) < 2:
         return list(infos)
     gpus_of = {i.name: max(i.gpus_per_replica, 1) for i in infos}
-    free = _free_before(nodes, previous, gpus_of)
+    free = free_by_type(nodes, previous, gpus_of)
     out = []
     for info in infos:
         held = previous.get(info.name) or []
