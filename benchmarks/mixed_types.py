@@ -15,8 +15,8 @@ published throughputs (``adl/sched/sim/data/gavel/README.md``). Policies, in one
 
 Adaptive jobs learn one throughput model per type they ran on; with the default settings
 the driver estimates a job's speed on a type it has not run on from jobs of its application
-that ran on both (:mod:`adl.sched.type_history`); ``--no-learn-types`` counts such types as
-1.0, as the operator does today. Prints, per cluster, every policy's means over the
+that ran on both (:mod:`adl.sched.type_history`, as the operator's round does too);
+``--no-learn-types`` counts such types as 1.0. Prints, per cluster, every policy's means over the
 workloads (average JCT, p99 JCT, makespan, GPU-hours, restarts per job, round p95, and the
 rounds in which some job spanned types), the average JCT per workload, and adl against Sia.
 
