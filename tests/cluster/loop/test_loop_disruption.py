@@ -50,7 +50,7 @@ DISRUPTED = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 
 def _evict(core: client.CoreV1Api, namespace: str, pod: str) -> None:
     """What ``kubectl drain`` does to each pod: an Eviction (policy/v1). A pod already gone is
-    fine; a refusal (429: a PodDisruptionBudget; none here) fails the test."""
+    fine; a refusal (429: a PodDisruptionBudget) raises, for the caller to retry or fail on."""
     body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
     try:
         core.create_namespaced_pod_eviction(pod, namespace, body)
@@ -202,28 +202,18 @@ def test_a_drain_the_jobs_budget_refuses_waits_for_adls_checkpointed_move(
             if p.spec.node_name == node and p.metadata.deletion_timestamp is None
         ]
         for pod in left:
-            body = client.V1Eviction(
-                metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=namespace)
-            )
             try:
-                jobs.core.create_namespaced_pod_eviction(pod.metadata.name, namespace, body)
+                _evict(jobs.core, namespace, pod.metadata.name)
             except ApiException as exc:
-                if exc.status == 429:
-                    refusals.append(exc.reason)
-                elif exc.status != 404:
+                if exc.status != 429:
                     raise
+                refusals.append(exc.reason)
         return not left
 
     try:
         # before the cordon: the budget refuses an eviction outright
         with pytest.raises(ApiException) as refused:
-            jobs.core.create_namespaced_pod_eviction(
-                doomed.metadata.name,
-                namespace,
-                client.V1Eviction(
-                    metadata=client.V1ObjectMeta(name=doomed.metadata.name, namespace=namespace)
-                ),
-            )
+            _evict(jobs.core, namespace, doomed.metadata.name)
         assert refused.value.status == 429, refused.value
         t0 = time.monotonic()
         jobs.core.patch_node(node, {"spec": {"unschedulable": True}})
