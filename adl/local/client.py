@@ -11,12 +11,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from adl.jobs_api import BackendError, JobView
-from adl.local.gpus import node_gpu_type
+from adl.local.gpus import local_nodes
 from adl.local.private import make_private_home, open_private_append
 from adl.local.processes import GroupPaths, last_line
 from adl.local.shim import write_atomic
@@ -237,8 +237,8 @@ class LocalBackend:
             start_daemon(self.home, slots=self.slots, reuse_settings=True)
         slots = self.store.get_meta("slots")
         types = self.store.get_meta("gpu_types")
-        gpu_type = node_gpu_type(types.split(",") if types else []) if types is not None else None
-        why = cannot_fit(spec, int(slots), gpu_type) if slots else None
+        slot_types = (types.split(",") if types else []) if types is not None else None
+        why = cannot_fit(spec, int(slots), slot_types) if slots else None
         if why is not None:
             fix = "drop spec.gpuTypes" if "GPU types" in why else "lower minReplicas"
             raise BackendError(f"job {namespace}/{name} {why}: {fix} or give the daemon more slots")
@@ -334,23 +334,33 @@ class LocalBackend:
         return "the local daemon is not running, so phases may be stale (start it: adl local up)"
 
 
-def cannot_fit(spec: AdaptiveJobSpec, slots: int, gpu_type: str | None = None) -> str | None:
+def cannot_fit(
+    spec: AdaptiveJobSpec, slots: int, gpu_types: Sequence[str] | None = None
+) -> str | None:
     """Why the job can never start on a daemon with ``slots`` slots, None when it can: its
     smallest group takes minReplicas (at least one) replicas of gpusPerReplica (at least one)
-    slots each, as the scheduler counts them; and a job that lists GPU types needs the
-    daemon's (``gpu_type``: "" for CPU slots or unknown GPUs; None: not known yet)."""
-    if gpu_type is not None and spec.gpu_types and gpu_type not in spec.gpu_types:
-        have = f"GPUs of type {gpu_type}" if gpu_type else "no GPUs of a known type"
-        return (
-            f"may run only on GPU types {', '.join(spec.gpu_types)} but the local daemon has {have}"
-        )
+    slots each, as the scheduler counts them, on one local node (GPUs of one type); and a job
+    that lists GPU types needs GPUs of one of them (``gpu_types``: each GPU slot's type, ""
+    where unknown; empty for CPU slots; None: not known yet, so not checked)."""
+    nodes = local_nodes(slots, gpu_types or [])
+    if gpu_types is not None and spec.gpu_types:
+        nodes = [n for n in nodes if n.gpu_type in spec.gpu_types]
+        if not nodes:
+            known = sorted({t for t in gpu_types if t})
+            have = f"GPUs of type {', '.join(known)}" if known else "no GPUs of a known type"
+            return (
+                f"may run only on GPU types {', '.join(spec.gpu_types)} "
+                f"but the local daemon has {have}"
+            )
     per_replica = max(spec.gpus_per_replica, 1)
     need = max(spec.min_replicas, 1) * per_replica
-    if need <= slots:
+    room = max(n.slots for n in nodes)
+    if need <= room:
         return None
+    has = f"{slots}" if room == slots else f"{slots}, at most {room} GPUs of one type"
     return (
         f"needs {need} slots (minReplicas {spec.min_replicas} x {per_replica} per replica)"
-        f" but the local daemon has {slots}"
+        f" but the local daemon has {has}"
     )
 
 

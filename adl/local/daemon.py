@@ -29,7 +29,7 @@ from adl.controller.liveness import ProgressBook
 from adl.controller.rounds import RoundResult
 from adl.local.api_server import LocalApi
 from adl.local.client import DB_NAME, LOCK_NAME, PID_NAME, cannot_fit
-from adl.local.gpus import node_gpu_type
+from adl.local.gpus import local_nodes, slot_types
 from adl.local.groups import WorkerGroups
 from adl.local.private import create_private, make_private_home, write_private
 from adl.local.settings import Settings
@@ -58,14 +58,16 @@ class Daemon:
         self.home = settings.home
         self.store = Store(self.home / DB_NAME)
         self.capacity = settings.gpus or settings.slots
-        #: the GPU type of the one local node ("" for CPU slots, unknown or mixed GPUs)
-        self.gpu_type = node_gpu_type(list(settings.gpu_types)) if settings.gpus else ""
+        #: each GPU slot's type ("" where unknown); empty for CPU slots
+        self.slot_types = slot_types(settings.gpus, settings.gpu_types)
+        #: one node, or one per GPU type when the GPUs are of several
+        self.nodes = local_nodes(self.capacity, self.slot_types)
         self.jobs: dict[str, StoredJob] = {}
         #: the ranks' heartbeats, written by the API thread (hung-rank detection)
         self.progress = ProgressBook()
         self.groups = WorkerGroups(settings, self.store, self.jobs)
         self.backend = LocalWorkerBackend(
-            self.store, self.jobs, self.groups, self.progress, self.capacity, self.gpu_type
+            self.store, self.jobs, self.groups, self.progress, self.nodes
         )
         policy = (policy_factory or registry.policy_factory())()
         # the daemon runs container 0's command here, never its image: kinds come from the
@@ -122,7 +124,7 @@ class Daemon:
                 self.start_api()
             self.store.set_meta("api_url", self.api_url)
             self.store.set_meta("slots", str(self.capacity))
-            self.store.set_meta("gpu_types", ",".join(self.s.gpu_types) if self.s.gpus else "")
+            self.store.set_meta("gpu_types", ",".join(self.slot_types))
             self.store.set_meta("daemon_pid", str(os.getpid()))
             log.info(
                 "adl daemon serving %s with %d slots, api %s",
@@ -254,7 +256,7 @@ class Daemon:
     def _tell_if_unfit(self, rec: StoredJob) -> None:
         """Say once why a pending job can never start here (it was submitted to a daemon with
         more slots); the scheduler alone would leave it waiting in silence."""
-        why = cannot_fit(rec.spec, self.capacity, self.gpu_type)
+        why = cannot_fit(rec.spec, self.capacity, self.slot_types)
         if why is not None:
             self._told_unfit.add(rec.key)
             later = "here" if rec.spec.gpu_types and "GPU types" in why else "until it has more"

@@ -7,6 +7,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from adl.contract import normalize_gpu_type
 
@@ -88,8 +90,41 @@ def detect_gpu_types(count: int) -> list[str]:
     return (found + [""] * count)[:count]
 
 
-def node_gpu_type(types: list[str]) -> str:
-    """The type of the local node: its GPUs' one type, else "" (none, unknown, or several:
-    the daemon treats its GPUs as one node, which would give a job mixed types)."""
-    distinct = set(types)
-    return types[0] if len(distinct) == 1 else ""
+#: the one node of a machine whose slots are CPUs or GPUs of one type
+LOCAL_NODE = "local"
+
+
+@dataclass(frozen=True)
+class LocalNode:
+    """A node of the local cluster: ``slots`` GPUs (``devices``, the daemon's GPU slot
+    indices) of one type, or CPU slots (no devices, type "")."""
+
+    name: str
+    gpu_type: str
+    slots: int
+    devices: tuple[int, ...]
+
+
+def local_nodes(slots: int, gpu_types: Sequence[str]) -> list[LocalNode]:
+    """The local cluster: one node ``local`` while every slot is of one type (``gpu_types``:
+    each GPU slot's type, "" where unknown; empty for CPU slots), else one node per type,
+    ``local-<type>`` in the order of its first GPU (``local-unknown`` for GPUs the driver
+    did not name). A data-parallel step waits for its slowest GPU and the policy keeps each
+    job on one node type, so a node per type is what keeps a job off an A100 and a T4 at once."""
+    if not gpu_types:
+        return [LocalNode(LOCAL_NODE, "", slots, ())]
+    by_type: dict[str, list[int]] = {}
+    for index, gpu_type in enumerate(gpu_types):
+        by_type.setdefault(gpu_type, []).append(index)
+    if len(by_type) == 1:
+        ((gpu_type, devices),) = by_type.items()
+        return [LocalNode(LOCAL_NODE, gpu_type, len(devices), tuple(devices))]
+    return [
+        LocalNode(f"{LOCAL_NODE}-{gpu_type or 'unknown'}", gpu_type, len(devices), tuple(devices))
+        for gpu_type, devices in by_type.items()
+    ]
+
+
+def slot_types(gpus: int, gpu_types: Sequence[str]) -> list[str]:
+    """Each of ``gpus`` GPU slots' type ("" where not known); empty for CPU slots."""
+    return [*gpu_types, *[""] * gpus][:gpus] if gpus > 0 else []

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adl.contract import CLEAN_EXITS, ENV_MASTER_PORT
@@ -26,7 +26,7 @@ from adl.controller.actions import CreateGroup
 from adl.controller.env import WorkerSite
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
 from adl.local import processes
-from adl.local.gpus import gpu_ids
+from adl.local.gpus import gpu_ids, local_nodes, slot_types
 from adl.local.private import make_private_dir, write_private
 from adl.local.settings import Settings
 from adl.local.store import GroupRecord, Store, StoredJob
@@ -51,6 +51,11 @@ class WorkerGroups:
         self.store = store
         self.jobs = jobs
         self.capacity = settings.gpus or settings.slots
+        #: each local node's GPU slots: a group gets devices of the nodes it was placed on
+        self.node_devices = {
+            n.name: n.devices
+            for n in local_nodes(self.capacity, slot_types(settings.gpus, settings.gpu_types))
+        }
         self.api_url = ""
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._warm: dict[str, tuple[processes.GroupProcess, subprocess.Popen[bytes]]] = {}
@@ -296,7 +301,9 @@ class WorkerGroups:
         used, taken = self.live_slots(exclude=rec.key)
         if used + need > self.capacity:
             return False
-        devices = [d for d in range(self.s.gpus) if d not in taken][:need] if self.s.gpus else []
+        devices = self.free_devices(action.allocation, taken) if self.s.gpus else []
+        if devices is None:
+            return False
         try:
             proc, child, port = self._spawn(rec, action, devices)
         except OSError as err:  # its files cannot be written (disk full, a path taken)
@@ -321,6 +328,22 @@ class WorkerGroups:
             )
         )
         return True
+
+    def free_devices(self, allocation: Sequence[str], taken: set[int]) -> list[int] | None:
+        """Free GPU slots for a group placed on ``allocation`` (one node per replica), each
+        replica on a device of its node, so a group never spans GPU types the policy kept
+        apart; None while some node has fewer free (another job's group is still stopping)."""
+        devices: list[int] = []
+        for node in dict.fromkeys(allocation):
+            need = allocation.count(node)
+            # a node the daemon no longer has (its GPUs changed across a restart): any GPU,
+            # as when the machine was one node
+            mine = self.node_devices.get(node, tuple(range(self.s.gpus)))
+            free = [d for d in mine if d not in taken and d not in devices][:need]
+            if len(free) < need:
+                return None
+            devices += free
+        return devices
 
     def _spawn(
         self, rec: StoredJob, action: CreateGroup, devices: list[int]

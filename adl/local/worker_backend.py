@@ -1,7 +1,8 @@
 """The local daemon's side of ``adl.controller.backend.WorkerBackend``: the shared driver's view
-of this machine as a one-node cluster. Jobs are rows of the SQLite store (kept in memory as
-``StoredJob``s, reloaded by the daemon when their revision moves), workers are process groups
-(:mod:`adl.local.groups`), the node is ``local`` with the daemon's GPUs or CPU slots."""
+of this machine as a one-node cluster (a node per GPU type when its GPUs are of several).
+Jobs are rows of the SQLite store (kept in memory as ``StoredJob``s, reloaded by the daemon
+when their revision moves), workers are process groups (:mod:`adl.local.groups`), the node
+is ``local`` with the daemon's GPUs or CPU slots."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from adl.controller.actions import Action, CreateGroup, DeleteGroup, EmitEvent, 
 from adl.controller.job_record import JobRecord
 from adl.controller.lifecycle import ObservedWorkers
 from adl.controller.liveness import ProgressBook
+from adl.local.gpus import LOCAL_NODE, LocalNode
 from adl.local.groups import WorkerGroups
 from adl.local.store import Store, StoredJob
 from adl.models import AdaptiveJobStatus, Condition
 from adl.sched.types import NodeInfo
 
-#: the one node of the local cluster
-NODE = "local"
+#: the node of the local cluster (the only one unless the GPUs are of several types)
+NODE = LOCAL_NODE
 
 
 def round_job(rec: StoredJob) -> JobRecord:
@@ -37,15 +39,13 @@ class LocalWorkerBackend:
         jobs: dict[str, StoredJob],
         groups: WorkerGroups,
         progress: ProgressBook,
-        capacity: int,
-        gpu_type: str,
+        nodes: Sequence[LocalNode],
     ) -> None:
         self.store = store
         self.jobs = jobs  # the daemon's: it reloads them, this writes through to both
         self.groups = groups
         self.progress = progress
-        self.capacity = capacity
-        self.gpu_type = gpu_type
+        self.nodes = list(nodes)
 
     def observe(self, job: JobRecord) -> ObservedWorkers:
         observed = self.groups.observe(self.jobs[job.key])
@@ -81,7 +81,7 @@ class LocalWorkerBackend:
         return [round_job(r) for r in self.jobs.values() if not r.deleted]
 
     def round_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(NODE, self.capacity, gpu_type=self.gpu_type)]
+        return [NodeInfo(n.name, n.slots, gpu_type=n.gpu_type) for n in self.nodes]
 
     def set_desired(self, changed: Mapping[str, list[str]]) -> None:
         self.store.set_desired(dict(changed))

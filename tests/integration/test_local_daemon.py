@@ -245,6 +245,28 @@ def test_gpu_slots_are_the_daemons_own_visible_devices(
     assert given == {"2", "MIG-4f1c"}
 
 
+def _devices(home, name: str) -> set[str]:  # type: ignore[no-untyped-def]
+    plan = json.loads((home / f"jobs/default/{name}/groups/g1.plan.json").read_text())
+    return set(plan["ranks"][0]["env"]["CUDA_VISIBLE_DEVICES"].split(","))
+
+
+def test_on_a_machine_of_two_gpu_types_no_job_mixes_them(daemon_factory, backend, home) -> None:
+    """Issue 33 on one machine: two A100s and a T4 (slots 0 and 2, and 1). The default
+    policy places each job on GPUs of one type, and a job restricted to the T4 gets it."""
+    a100, t4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4"
+    daemon_factory(None, slots=3, gpus=3, gpu_types=(a100, t4, a100))
+    steps = ("--steps", "400", "--step-s", "0.05")
+    backend.submit("wide", "default", counter_spec(*steps, hi=3))  # could take all three
+    wait_for(lambda: (home / "jobs/default/wide/groups/g1.plan.json").exists())
+    assert _devices(home, "wide") in ({"0"}, {"2"}, {"0", "2"}, {"1"})  # never an A100 and the T4
+    backend.delete("wide", "default")
+    only_t4 = counter_spec(*steps, hi=1).model_copy(update={"gpu_types": [t4]})
+    backend.submit("t4", "default", only_t4)
+    wait_for(lambda: (home / "jobs/default/t4/groups/g1.plan.json").exists())
+    assert _devices(home, "t4") == {"1"}
+    assert "local-Tesla-T4" in backend.get("t4", "default").status.allocation
+
+
 def test_the_daemon_refuses_more_gpus_than_it_may_see(tmp_path, monkeypatch) -> None:
     from adl.local.daemon_main import main
 

@@ -29,6 +29,7 @@ def daemon_factory(home: Path) -> Iterator[Callable[..., Daemon]]:
             home=home,
             slots=slots,
             gpus=int(kw.pop("gpus", 0)),  # type: ignore[call-overload]
+            gpu_types=tuple(kw.pop("gpu_types", ())),  # type: ignore[arg-type]
             round_s=float(kw.pop("round_s", 0.5)),  # type: ignore[arg-type]
             tick_s=0.05,
             api=bool(kw.pop("api", False)),
