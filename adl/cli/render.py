@@ -11,8 +11,9 @@ from rich.table import Table
 
 from adl.contract import QUEUE_LABEL
 from adl.jobs_api import JobView
-from adl.models import Phase, RestartCause
+from adl.models import AdaptiveJobStatus, Phase, RestartCause
 from adl.operator.crd import API_VERSION
+from adl.sched.hints import type_speed_from_models
 
 
 def age(created: datetime | None, now: datetime | None = None) -> str:
@@ -114,6 +115,22 @@ def _command(trainer: dict[str, Any]) -> str:
     return " ".join(str(p) for p in (cmd, args) if p)
 
 
+def type_speeds_text(st: AdaptiveJobStatus) -> str | None:
+    """The job's measured speed on each GPU type, relative to the type of its current model
+    (``NVIDIA-A100-SXM4-80GB 1.00 (current), Tesla-T4 0.39``), and what the round assumes
+    on the types it has not run on; None before it reported a type (CPU or unknown GPUs)."""
+    speeds = type_speed_from_models(st.hints, st.type_models)
+    if not speeds or st.hints is None:
+        return None
+    current = st.hints.gpu_type
+    ranked = sorted(speeds.items(), key=lambda kv: (-kv[1], kv[0]))
+    measured = ", ".join(f"{t} {s:.2f}{' (current)' if t == current else ''}" for t, s in ranked)
+    return (
+        f"{measured}; other types not measured yet (estimated from jobs of its kind where "
+        "they ran there, else as fast as the current type)"
+    )
+
+
 def describe_text(v: JobView) -> str:
     """``adl describe``: spec essentials, status with the reason, conditions, events."""
     st, spec = v.status, v.spec
@@ -143,6 +160,9 @@ def describe_text(v: JobView) -> str:
         h = st.hints
         total = f"/{h.total_progress:.0f}" if h.total_progress else ""
         lines.append(f"Progress:     {h.progress:.0f}{total} scale-invariant steps")
+    by_type = type_speeds_text(st)
+    if by_type:
+        lines.append(f"GPU types:    {by_type}")
     if st.start_time:
         lines.append(f"Started:      {st.start_time.isoformat(timespec='seconds')}")
     if st.completion_time:
