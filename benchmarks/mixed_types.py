@@ -16,13 +16,17 @@ published throughputs (``adl/sched/sim/data/gavel/README.md``). Policies, in one
 Adaptive jobs learn one throughput model per type they ran on; with the default settings
 the driver estimates a job's speed on a type it has not run on from jobs of its application
 that ran on both (:mod:`adl.sched.type_history`, as the operator's round does too);
-``--no-learn-types`` counts such types as 1.0. Prints, per cluster, every policy's means over the
+``--no-learn-types`` counts such types as 1.0. Every adaptive job profiles one GPU of each
+type on arrival (Sia's bootstrapping), adl's included; ``--explore-types`` replays adl as
+production runs it instead: no profiling, and a running job tries a free type it has not
+measured (:mod:`adl.sched.type_explore`). Prints, per cluster, every policy's means over the
 workloads (average JCT, p99 JCT, makespan, GPU-hours, restarts per job, round p95, and the
 rounds in which some job spanned types), the average JCT per workload, and adl against Sia.
 
     nice -n 19 flock /tmp/adl-heavy.lock .venv/bin/python benchmarks/mixed_types.py \
         [--clusters three-types,two-types] [--workloads 1,2,3,4] \
         [--policies adl,sia,gavel,pollux-agnostic] [--first N] [--no-learn-types] \
+        [--explore-types] \
         [--policy-knob NAME=VALUE ...] \
         [--jobs N] [--json benchmarks/results/cpu-2026-11-28/mixed_types.json]
 """
@@ -36,7 +40,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +100,8 @@ class Task:
     first: int | None
     learn_types: bool
     knobs: tuple[tuple[str, float], ...] = ()
+    #: adl only: no profiling on arrival; running jobs try unmeasured types instead
+    explore: bool = False
 
 
 def run_task(task: Task) -> dict[str, Any]:
@@ -106,6 +112,8 @@ def run_task(task: Task) -> dict[str, Any]:
         rounds_on_events=rounds_on_events(task.policy),
         learn_type_speeds=task.learn_types,
     )
+    if task.explore and task.policy == "adl":
+        config = replace(config, profile_types=False, explore_types=True)
     knobs = dict(task.knobs) if task.policy == "adl" else None
     policy = TypeCheck(make_policy(task.policy, knobs=knobs))
     t0 = time.perf_counter()
@@ -241,6 +249,11 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     parser.add_argument("--first", type=int, default=None, help="only each workload's first N")
     parser.add_argument("--no-learn-types", action="store_true")
+    parser.add_argument(
+        "--explore-types",
+        action="store_true",
+        help="adl as production runs it: no profiling on arrival, tries of unmeasured types",
+    )
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument(
         "--policy-knob",
@@ -272,7 +285,7 @@ def main() -> None:
     except ValueError as err:
         parser.error(str(err))
     tasks = [
-        Task(c, w, p, args.first, not args.no_learn_types, knobs)
+        Task(c, w, p, args.first, not args.no_learn_types, knobs, args.explore_types)
         for c in clusters
         for w in workloads
         for p in policies
@@ -288,6 +301,7 @@ def main() -> None:
             "command": " ".join(sys.argv),
             "clusters": {c: MIXES[c].describe() for c in clusters},
             "learn_type_speeds": not args.no_learn_types,
+            "explore_types": args.explore_types,
             "adl_knobs": dict(knobs),
             "policies": policies,
             "means": means,

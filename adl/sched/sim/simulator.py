@@ -36,6 +36,7 @@ from adl.sched.sim.job import (
 from adl.sched.sim.traces import AppTrace, load_traces
 from adl.sched.sim.truth import TrueGoodput, TrueSpeedup
 from adl.sched.sim.workload import WorkloadJob, load_workload
+from adl.sched.type_explore import explore_types, free_by_type
 from adl.sched.type_history import TypeSpeedHistory, with_type_estimates
 from adl.sched.types import Allocation, JobInfo, NodeInfo, Policy
 from adl.sched.work_history import WorkHistory
@@ -88,6 +89,10 @@ class SimConfig:
     #: start (Sia's bootstrapping; its few steps are not charged), so its per-type speeds are
     #: known from its arrival; off: a job knows a type only once it has run there
     profile_types: bool = True
+    #: on a mixed cluster, a running job tries a free GPU type it has not measured, as the
+    #: operator's and the daemon's round let it (:mod:`adl.sched.type_explore`); with
+    #: ``profile_types`` off this replays what production adl knows and does
+    explore_types: bool = False
     #: issue 31: an elastic cluster whose nodes an autoscaler adds and that cost money
     #: (:mod:`adl.sched.sim.elastic`), replacing ``num_nodes`` fixed ones; None: fixed
     elastic: ElasticConfig | None = None
@@ -365,6 +370,8 @@ class Simulator:
         previous = {
             j.name: list(self.allocation[j.name]) for j in active if j.name in self.allocation
         }
+        if self.config.node_types and self.config.explore_types:
+            infos = explore_types(infos, self.nodes, previous)
         t0 = time.perf_counter()
         proposed = self.policy.optimize(infos, self.nodes, previous)
         elapsed = time.perf_counter() - t0
@@ -453,8 +460,18 @@ class Simulator:
         infos_by = {i.name: i for i in infos}
         ranker = prediction_ranker(self.policy, self.entry)
         uses = ranker is not None and ranker.ranks_by_predicted_remaining()
+        typed = bool(self.config.node_types)
         decided = explain(
-            changed, previous, infos_by, free, reported, free_after=left, predictions_used=uses
+            changed,
+            previous,
+            infos_by,
+            free,
+            reported,
+            free_after=left,
+            predictions_used=uses,
+            # on a mixed cluster, the decisions name the types compared, as the operator's do
+            node_types=self._node_type if typed else None,
+            free_by_type=free_by_type(self.nodes, new, {}) if typed else None,
         )
         self.decisions += [(self.now, d) for d in decided.values()]
 

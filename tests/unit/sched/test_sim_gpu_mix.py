@@ -172,3 +172,42 @@ def test_a_job_profiled_on_arrival_knows_every_types_speed(toy: AppTrace) -> Non
     job.reallocate((1,), 0, "fast", 4.0)  # its one-GPU step on "fast" is its first measurement
     assert job.profile == {(1, 1, 8): toy.step_sync_on((1,), 8, 4.0)}
     assert job.measured_type_speeds()["slow"] < 0.5
+
+
+@pytest.mark.parametrize("explore", [False, True])
+def test_with_type_tries_a_job_leaves_the_slow_type_it_started_on(explore: bool) -> None:
+    """Production adl (no profiling on arrival) in the simulator: a long cifar10 job starts on
+    the slow GPU because the fast one is taken; once it is free, the job tries it (the
+    operator's rule, ``SimConfig.explore_types``) and finishes there, about 4x faster. Without
+    the try it stays where it started, the fast GPU idle beside it."""
+    from dataclasses import replace
+
+    from adl.sched.sim.policies import make_policy
+    from adl.sched.sim.simulator import simulate
+    from adl.sched.sim.traces import default_traces_dir
+
+    jobs = load_workload(default_traces_dir() / "workloads" / "workload-1.csv")
+    ncf = next(j for j in jobs if j.application == "ncf")
+    cifar = next(j for j in jobs if j.application == "cifar10")
+    workload = [
+        replace(ncf, name="short", submit_time=0),
+        replace(cifar, name="long", submit_time=0, num_replicas=1),
+    ]
+    config = SimConfig(
+        gpus_per_node=1,
+        node_types=(("slow", 1), ("fast", 1)),
+        type_speeds={"cifar10": {"fast": 4.0, "slow": 1.0}, "ncf": {"fast": 1.0, "slow": 1.0}},
+        profile_types=False,
+        learn_type_speeds=False,
+        explore_types=explore,
+        explain=True,
+    )
+    result = simulate(workload, make_policy("adl"), config=config)
+    long = next(j for j in result.jobs if j.name == "long")
+    by_type = dict(long.gpu_seconds_by_type)
+    tries = [d.message for _, d in result.decisions if d.job == "long" and d.exploring]
+    if explore:
+        assert by_type["fast"] > 5 * by_type["slow"]  # it finished on the fast GPU
+        assert len(tries) == 1 and "trying fast: not measured there yet" in tries[0]
+    else:
+        assert set(by_type) == {"slow"} and not tries
