@@ -72,6 +72,7 @@ from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_efficiency import beyond_efficient, efficient_count
 from adl.sched.policy_knobs import Knobs
 from adl.sched.policy_starvation import boosted_weight, deficit_s
+from adl.sched.policy_type_frame import frame_scale
 from adl.sched.policy_weights import aging, rank_weights
 from adl.sched.speedup_table import SpeedupTable
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
@@ -171,22 +172,28 @@ class AdlPolicy:
 
     # ------------------------------------------------------------------ job weights
 
-    def priority(self, job: JobInfo) -> float:
-        """``w_j``: value of one unit of speedup for this job (bigger = more urgent)."""
+    def priority(self, job: JobInfo, scale: float = 1.0) -> float:
+        """``w_j``: value of one unit of speedup for this job (bigger = more urgent); ``scale``
+        as in :meth:`_remaining`."""
+        return self._weight(job, self._remaining(job, scale))
+
+    def _weight(self, job: JobInfo, remaining: float) -> float:
         k = self.knobs
-        remaining = self._remaining(job)
         grown = aging(job.age_s, remaining, k.fairness)
         return max(job.weight, 0.0) * grown / remaining**k.srpt_power
 
-    def _remaining(self, job: JobInfo) -> float:
+    def _remaining(self, job: JobInfo, scale: float = 1.0) -> float:
         """Remaining seconds on one GPU: declared, else predicted by the driver from completed
-        jobs of the same kind, else estimated from attained service (LAS)."""
+        jobs of the same kind, else estimated from attained service (LAS). The first two are
+        counted on the GPU type the job's model was measured on; ``scale`` (its speed on its
+        fastest type, :mod:`adl.sched.policy_type_frame`) restates them on that type. Attained
+        service is GPU-seconds on whatever types the job ran on, and is left as it is."""
         k = self.knobs
         if job.remaining_s is not None:
-            return max(job.remaining_s, k.min_remaining_s)
+            return max(job.remaining_s / scale, k.min_remaining_s)
         predicted = job.expected_remaining_s
         if k.use_predicted_remaining and predicted is not None and math.isfinite(predicted):
-            return max(predicted, k.min_remaining_s)
+            return max(predicted / scale, k.min_remaining_s)
         return job.attained_service_s + k.unknown_remaining_s
 
     def restart_penalty(self, job: JobInfo, speedup: float = 1.0) -> float:
@@ -396,6 +403,11 @@ class AdlPolicy:
                 if prev is not None and not set(prev) <= allowed:
                     prev = None
             speeds = {t: info.speed_on(t) for t in cluster.type_names if info.may_use(t)}
+            # the job's work and speeds on its fastest type, wherever it runs now (so that
+            # moving it does not change its weight); exactly 1.0 on a cluster of one type
+            scale = frame_scale(speeds, info.exploring)
+            if scale != 1.0:
+                speeds = {t: s / scale for t, s in speeds.items()}
             types = tuple(sorted(speeds, key=lambda t: (-speeds[t], t)))
             mixed = len(cluster.type_names) > 1
             if prev is not None and (
@@ -416,10 +428,10 @@ class AdlPolicy:
             out.append(
                 _Job(
                     info=info,
-                    weight=self.priority(info),
+                    weight=self.priority(info, scale),
                     cap=cap,
                     restart_s=self._restart_s(info),
-                    remaining=self._remaining(info),
+                    remaining=self._remaining(info, scale),
                     prev=prev,
                     prev_key=_key(prev) if prev else None,
                     prev_replicas=sum(prev.values()) if prev else 0,
