@@ -114,6 +114,10 @@ class _Job:
     types: tuple[str, ...] = ()
     speeds: dict[str, float] = field(default_factory=dict)
     node_types: Sequence[str] = ()  # the cluster's type of each node (shared, read only)
+    #: its speed on its fastest type relative to the frame it states itself in (1.0 on a
+    #: cluster of one type): its weight, remaining work and speeds are in the fastest type's
+    #: frame (:mod:`adl.sched.policy_type_frame`); explanations multiply back
+    frame: float = 1.0
     #: its speed where it may use one type only (a uniform cluster: the hot path skips the
     #: lookup); 0.0 where it may use several
     one_speed: float = 0.0
@@ -442,6 +446,7 @@ class AdlPolicy:
                     speeds=speeds,
                     node_types=cluster.types,
                     one_speed=speeds[types[0]] if len(types) == 1 else 0.0,
+                    frame=scale,
                 )
             )
             if self.knobs.speedup_power != 1.0:
@@ -806,7 +811,8 @@ class AdlPolicy:
         facts: dict[str, Any] = {
             "job": info.name,
             "replicas": now,
-            "speedup_now": s_now,
+            # speedups in the job's own frame, as it states them (the type it runs on)
+            "speedup_now": s_now * job.frame,
             "remaining_s": job.remaining / max(s_now, 1e-9),
             "restart_cost_s": max(info.restart_cost_s, 0.0),
             "counted_s": job.restart_s * k.grow_restarts,
@@ -818,7 +824,9 @@ class AdlPolicy:
             "predicted_kind": info.kind if predicted else "",
         }
         if top <= now:
-            return Hold(target=now + 1, cause=HELD_AT_CAP, speedup_target=s_now, **facts)
+            return Hold(
+                target=now + 1, cause=HELD_AT_CAP, speedup_target=s_now * job.frame, **facts
+            )
         counts = range(now + 1, top + 1)
         speedups = {c: job.table.get(-(-c // per_node), c, job.cap) * speed for c in counts}
         values = {c: self._value(job, -(-c // per_node), c, True, speed) for c in counts}
@@ -830,12 +838,12 @@ class AdlPolicy:
             return Hold(
                 target=fastest,
                 cause=HELD_NO_FASTER,
-                speedup_target=speedups[fastest],
+                speedup_target=speedups[fastest] * job.frame,
                 **facts,
             )
         # without the hysteresis, would the growth have paid for its restart?
         cause = HELD_MARGIN if values[best] * (1.0 + k.change_margin) >= stay else HELD_RESTART
-        return Hold(target=best, cause=cause, speedup_target=speedups[best], **facts)
+        return Hold(target=best, cause=cause, speedup_target=speedups[best] * job.frame, **facts)
 
     @staticmethod
     def _moved_big_jobs(work: list[_Job], count: int) -> list[str]:

@@ -4,8 +4,11 @@ A job restates its remaining work and per-type speeds on the type it runs on; th
 every job on its fastest type's frame (:mod:`adl.sched.policy_type_frame`), so two like jobs,
 one on the fast type and one on the slow, do not swap types every round."""
 
+import numpy as np
+import pytest
 from policy_kit import job
 
+from adl.sched.decisions import HELD_NO_FASTER
 from adl.sched.policy import AdlPolicy
 from adl.sched.policy_type_frame import frame_scale
 from adl.sched.types import JobInfo, NodeInfo
@@ -84,3 +87,23 @@ def test_the_frame_is_the_fastest_measured_type_and_one_on_a_cluster_of_one_type
     # a type only being tried is optimistic, not measured: it sets no frame
     assert frame_scale({FAST: 1.5, SLOW: 1.0}, exploring=(FAST,)) == 1.0
     assert frame_scale({FAST: float("nan"), SLOW: 1.0}) == 1.0
+
+
+def test_a_hold_on_the_slow_type_names_the_speedups_the_job_states() -> None:
+    # The frame is the policy's own: what it tells the user of a job held on K80s is the
+    # speedup the job states on its K80s, not that speedup over the V100s' 6x.
+    nodes = _cluster()
+    flat = job(
+        "flat",
+        0,
+        speedup=lambda n, k: np.minimum(np.asarray(k, dtype=float), 2.0),  # no faster beyond 2
+        max_replicas=4,
+        max_profiled_replicas=4,
+        type_speed={SLOW: 1.0, FAST: RATIO},
+    )
+    other = job("other", 1, max_replicas=4, preemptible=False)
+    previous = {"flat": ["k0"] * 2, "other": ["v0"] * 4}
+    holds = AdlPolicy().explain_holds([flat, other], nodes, previous, previous)
+    assert holds["flat"].cause == HELD_NO_FASTER
+    assert holds["flat"].speedup_now == pytest.approx(2.0)
+    assert holds["flat"].speedup_target == pytest.approx(2.0)
