@@ -41,8 +41,10 @@ objective is higher: value per GPU is a poor guide when a job's speedup jumps at
 whole node, a batch size that fits), which is where the greedy gives two jobs a bit each
 instead of one job the count that pays (on generated workloads: 3.7% lower mean JCT and a sixth
 fewer restarts).
-GPU types (:attr:`NodeInfo.gpu_type`): a job's replicas are always on nodes of one type (the
-slowest GPU would pace every step), one it may use (``JobInfo.gpu_types``); a job without GPUs
+GPU types (:attr:`NodeInfo.gpu_type`): each job is weighed in its fastest type's frame (its
+remaining work on one GPU of that type, :mod:`adl.sched.policy_type_frame`), wherever it runs
+now; a job's replicas are always on nodes of one type (the slowest GPU would pace every
+step), one it may use (``JobInfo.gpu_types``); a job without GPUs
 weighs a start on every such type, valued at its speed there (``JobInfo.type_speed`` x its
 speedup), so it starts where its goodput is higher when both are free; a running job grows on
 its own type, and changes type only by a move that pays for its restart like any other.

@@ -11,8 +11,9 @@ exponent ``a = 1`` that is unit-free (the rate at which the job's fraction of wo
 but the default ``a = 1/2`` is not: restating ``R`` and the speeds by ``c`` scales the job's
 value by ``c^(1/2)``, and the aging term moves too. So a job on the slow type weighed itself
 ``sqrt(6)`` ~ 2.5 x higher than the same job on the fast one, took the fast GPUs from a like
-job, dropped to the lower weight there, and lost them back the next round: two imagenet
-jobs swapped V100s and K80s every 60 s for hours in the mixed-cluster replays (issue 33).
+job, dropped to the lower weight there, and lost them back the next round: in the
+mixed-cluster replays two imagenet jobs swapped V100s and K80s every round for ten minutes at
+a time, again and again (issue 33).
 
 The fix states every job in one frame that does not depend on where it runs: its work in
 seconds on one GPU of its *fastest* type (measured or estimated; a type only being explored,
