@@ -74,6 +74,7 @@ from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_efficiency import beyond_efficient, efficient_count
 from adl.sched.policy_knobs import Knobs
 from adl.sched.policy_starvation import boosted_weight, deficit_s
+from adl.sched.policy_type_floor import fast_enough
 from adl.sched.policy_type_frame import frame_scale
 from adl.sched.policy_weights import aging, rank_weights
 from adl.sched.speedup_table import SpeedupTable
@@ -414,6 +415,8 @@ class AdlPolicy:
             scale = frame_scale(speeds, info.exploring)
             if scale != 1.0:
                 speeds = {t: s / scale for t, s in speeds.items()}
+            if self.knobs.min_type_speed > 0.0:
+                speeds = fast_enough(speeds, self.knobs.min_type_speed)
             types = tuple(sorted(speeds, key=lambda t: (-speeds[t], t)))
             mixed = len(cluster.type_names) > 1
             if prev is not None and (
