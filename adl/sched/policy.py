@@ -41,8 +41,10 @@ objective is higher: value per GPU is a poor guide when a job's speedup jumps at
 whole node, a batch size that fits), which is where the greedy gives two jobs a bit each
 instead of one job the count that pays (on generated workloads: 3.7% lower mean JCT and a sixth
 fewer restarts).
-GPU types (:attr:`NodeInfo.gpu_type`): a job's replicas are always on nodes of one type (the
-slowest GPU would pace every step), one it may use (``JobInfo.gpu_types``); a job without GPUs
+GPU types (:attr:`NodeInfo.gpu_type`): each job is weighed in its fastest type's frame (its
+remaining work on one GPU of that type, :mod:`adl.sched.policy_type_frame`), wherever it runs
+now; a job's replicas are always on nodes of one type (the slowest GPU would pace every
+step), one it may use (``JobInfo.gpu_types``); a job without GPUs
 weighs a start on every such type, valued at its speed there (``JobInfo.type_speed`` x its
 speedup), so it starts where its goodput is higher when both are free; a running job grows on
 its own type, and changes type only by a move that pays for its restart like any other.
@@ -72,6 +74,8 @@ from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_efficiency import beyond_efficient, efficient_count
 from adl.sched.policy_knobs import Knobs
 from adl.sched.policy_starvation import boosted_weight, deficit_s
+from adl.sched.policy_type_floor import fast_enough
+from adl.sched.policy_type_frame import frame_scale
 from adl.sched.policy_weights import aging, rank_weights
 from adl.sched.speedup_table import SpeedupTable
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
@@ -113,6 +117,10 @@ class _Job:
     types: tuple[str, ...] = ()
     speeds: dict[str, float] = field(default_factory=dict)
     node_types: Sequence[str] = ()  # the cluster's type of each node (shared, read only)
+    #: its speed on its fastest type relative to the frame it states itself in (1.0 on a
+    #: cluster of one type): its weight, remaining work and speeds are in the fastest type's
+    #: frame (:mod:`adl.sched.policy_type_frame`); explanations multiply back
+    frame: float = 1.0
     #: its speed where it may use one type only (a uniform cluster: the hot path skips the
     #: lookup); 0.0 where it may use several
     one_speed: float = 0.0
@@ -171,22 +179,28 @@ class AdlPolicy:
 
     # ------------------------------------------------------------------ job weights
 
-    def priority(self, job: JobInfo) -> float:
-        """``w_j``: value of one unit of speedup for this job (bigger = more urgent)."""
+    def priority(self, job: JobInfo, scale: float = 1.0) -> float:
+        """``w_j``: value of one unit of speedup for this job (bigger = more urgent); ``scale``
+        as in :meth:`_remaining`."""
+        return self._weight(job, self._remaining(job, scale))
+
+    def _weight(self, job: JobInfo, remaining: float) -> float:
         k = self.knobs
-        remaining = self._remaining(job)
         grown = aging(job.age_s, remaining, k.fairness)
         return max(job.weight, 0.0) * grown / remaining**k.srpt_power
 
-    def _remaining(self, job: JobInfo) -> float:
+    def _remaining(self, job: JobInfo, scale: float = 1.0) -> float:
         """Remaining seconds on one GPU: declared, else predicted by the driver from completed
-        jobs of the same kind, else estimated from attained service (LAS)."""
+        jobs of the same kind, else estimated from attained service (LAS). The first two are
+        counted on the GPU type the job's model was measured on; ``scale`` (its speed on its
+        fastest type, :mod:`adl.sched.policy_type_frame`) restates them on that type. Attained
+        service is GPU-seconds on whatever types the job ran on, and is left as it is."""
         k = self.knobs
         if job.remaining_s is not None:
-            return max(job.remaining_s, k.min_remaining_s)
+            return max(job.remaining_s / scale, k.min_remaining_s)
         predicted = job.expected_remaining_s
         if k.use_predicted_remaining and predicted is not None and math.isfinite(predicted):
-            return max(predicted, k.min_remaining_s)
+            return max(predicted / scale, k.min_remaining_s)
         return job.attained_service_s + k.unknown_remaining_s
 
     def restart_penalty(self, job: JobInfo, speedup: float = 1.0) -> float:
@@ -396,6 +410,13 @@ class AdlPolicy:
                 if prev is not None and not set(prev) <= allowed:
                     prev = None
             speeds = {t: info.speed_on(t) for t in cluster.type_names if info.may_use(t)}
+            # the job's work and speeds on its fastest type, wherever it runs now (so that
+            # moving it does not change its weight); exactly 1.0 on a cluster of one type
+            scale = frame_scale(speeds, info.exploring)
+            if scale != 1.0:
+                speeds = {t: s / scale for t, s in speeds.items()}
+            if self.knobs.min_type_speed > 0.0:
+                speeds = fast_enough(speeds, self.knobs.min_type_speed)
             types = tuple(sorted(speeds, key=lambda t: (-speeds[t], t)))
             mixed = len(cluster.type_names) > 1
             if prev is not None and (
@@ -416,10 +437,10 @@ class AdlPolicy:
             out.append(
                 _Job(
                     info=info,
-                    weight=self.priority(info),
+                    weight=self.priority(info, scale),
                     cap=cap,
                     restart_s=self._restart_s(info),
-                    remaining=self._remaining(info),
+                    remaining=self._remaining(info, scale),
                     prev=prev,
                     prev_key=_key(prev) if prev else None,
                     prev_replicas=sum(prev.values()) if prev else 0,
@@ -430,6 +451,7 @@ class AdlPolicy:
                     speeds=speeds,
                     node_types=cluster.types,
                     one_speed=speeds[types[0]] if len(types) == 1 else 0.0,
+                    frame=scale,
                 )
             )
             if self.knobs.speedup_power != 1.0:
@@ -794,7 +816,8 @@ class AdlPolicy:
         facts: dict[str, Any] = {
             "job": info.name,
             "replicas": now,
-            "speedup_now": s_now,
+            # speedups in the job's own frame, as it states them (the type it runs on)
+            "speedup_now": s_now * job.frame,
             "remaining_s": job.remaining / max(s_now, 1e-9),
             "restart_cost_s": max(info.restart_cost_s, 0.0),
             "counted_s": job.restart_s * k.grow_restarts,
@@ -806,7 +829,9 @@ class AdlPolicy:
             "predicted_kind": info.kind if predicted else "",
         }
         if top <= now:
-            return Hold(target=now + 1, cause=HELD_AT_CAP, speedup_target=s_now, **facts)
+            return Hold(
+                target=now + 1, cause=HELD_AT_CAP, speedup_target=s_now * job.frame, **facts
+            )
         counts = range(now + 1, top + 1)
         speedups = {c: job.table.get(-(-c // per_node), c, job.cap) * speed for c in counts}
         values = {c: self._value(job, -(-c // per_node), c, True, speed) for c in counts}
@@ -818,12 +843,12 @@ class AdlPolicy:
             return Hold(
                 target=fastest,
                 cause=HELD_NO_FASTER,
-                speedup_target=speedups[fastest],
+                speedup_target=speedups[fastest] * job.frame,
                 **facts,
             )
         # without the hysteresis, would the growth have paid for its restart?
         cause = HELD_MARGIN if values[best] * (1.0 + k.change_margin) >= stay else HELD_RESTART
-        return Hold(target=best, cause=cause, speedup_target=speedups[best], **facts)
+        return Hold(target=best, cause=cause, speedup_target=speedups[best] * job.frame, **facts)
 
     @staticmethod
     def _moved_big_jobs(work: list[_Job], count: int) -> list[str]:

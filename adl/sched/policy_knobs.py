@@ -119,6 +119,11 @@ class Knobs:
     #: times its own, at most the tier's largest weight (:mod:`adl.sched.policy_starvation`;
     #: 600 measured: a 3-4% shorter makespan, today's mean 2.5% longer, so off)
     starve_bound_s: float = 0.0
+    #: in (0, 1): a job does not use a GPU type that runs it at less than this fraction of
+    #: its fastest type's speed, so a long job pushed off its fast GPUs waits for them
+    #: instead of moving to slow ones and back (:mod:`adl.sched.policy_type_floor`; 0 = off;
+    #: no effect on a cluster of one type)
+    min_type_speed: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -153,6 +158,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "speedup_power": (0.05, 1.0, True),
     "rank_power": (0.0, 0.95, True),
     "efficiency_floor": (0.0, 1.0, False),
+    "min_type_speed": (0.0, 1.0, False),
     "min_remaining_s": (1e-3, math.inf, True),
     "unknown_remaining_s": (1e-3, math.inf, True),
     "restart_horizon_s": (1e-3, math.inf, True),
