@@ -49,7 +49,8 @@ def best_goodput_at_sync(
 ) -> NDArray[np.float64]:
     """:func:`best_goodput` for each replica count (rows) under each of several gradient-sync
     times (``sync_s``, one column per variant): the batch search depends on the replica count
-    only, so the variants (one node or several, fitted or optimistic sync) share it."""
+    only, so the variants (one node or several, fitted or optimistic sync) share it. A NaN
+    sync time marks a (row, variant) nobody needs: it is not searched, and stays NaN."""
     k = num_replicas
     b0, bmax = float(bounds.init_batch_size), float(bounds.max_batch_size)
     lo, hi = (float(x) for x in bounds.local_bsz_bounds)
@@ -92,14 +93,28 @@ def best_goodput_at_sync(
     # The overlap (two powers per candidate) dominates the cost. The last 2 * BATCH_POINTS + 1
     # candidates have the same micro-batch per row (hi, hi, lo), so two values per row do.
     split = 4 * BATCH_POINTS
+    # Without accumulation the third and fourth blocks of candidates repeat the first two
+    # (``s1 == s``: the same micro-batches), so their overlaps are computed once.
+    distinct = split if bounds.gradient_accumulation else split // 2
     compute = s * tc
     sync = np.asarray(sync_s, dtype=np.float64)
-    out = np.empty(sync.shape, dtype=np.float64)
+    out = np.full(sync.shape, np.nan)
     for v in range(sync.shape[1]):
-        ts = sync[:, v : v + 1]
-        head = overlap(tc[:, :split], np.broadcast_to(ts, (len(k), split)), perf.gamma)
-        ends = overlap(tc[:, [split, -1]], np.broadcast_to(ts, (len(k), 2)), perf.gamma)
-        same = np.broadcast_to(ends[:, :1], (len(k), 2 * BATCH_POINTS))
-        step = compute + np.concatenate([head, same, ends[:, 1:]], axis=1)
-        out[:, v] = np.where(feasible, useful / step, 0.0).max(axis=1)
+        need = ~np.isnan(sync[:, v])
+        if need.all():
+            rows: slice | NDArray[np.intp] = slice(None)
+        elif need.any():
+            rows = np.flatnonzero(need)
+        else:
+            continue
+        ts = sync[rows, v : v + 1]
+        tcv = tc[rows]
+        n = len(ts)
+        head = overlap(tcv[:, :distinct], np.broadcast_to(ts, (n, distinct)), perf.gamma)
+        if distinct < split:
+            head = np.concatenate([head, head], axis=1)
+        ends = overlap(tcv[:, [split, -1]], np.broadcast_to(ts, (n, 2)), perf.gamma)
+        same = np.broadcast_to(ends[:, :1], (n, 2 * BATCH_POINTS))
+        step = compute[rows] + np.concatenate([head, same, ends[:, 1:]], axis=1)
+        out[rows, v] = np.where(feasible[rows], useful[rows] / step, 0.0).max(axis=1)
     return out
