@@ -74,7 +74,7 @@ from adl.sched.policy_efficiency import beyond_efficient, efficient_count
 from adl.sched.policy_knobs import Knobs
 from adl.sched.policy_starvation import boosted_weight, deficit_s
 from adl.sched.policy_weights import aging, rank_weights
-from adl.sched.speedup_table import SpeedupTable
+from adl.sched.speedup_table import SpeedupTable, fill_first
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
 
 
@@ -295,7 +295,9 @@ class AdlPolicy:
         key = (id(fn), per_node, profiled, cap)
         entry = self._next_tables.get(key) or self._tables.get(key)
         if entry is None or entry[0] is not fn:
-            entry = (fn, SpeedupTable(fn, per_node, profiled, cap, one_node_fits=True))
+            # its first rows come with every other new table's (``_prepare``: fill_first)
+            table = SpeedupTable(fn, per_node, profiled, cap, one_node_fits=True, fill=False)
+            entry = (fn, table)
         self._next_tables[key] = entry
         return entry[1]
 
@@ -530,8 +532,9 @@ class AdlPolicy:
                     one_speed=speeds[types[0]] if len(types) == 1 else 0.0,
                 )
             )
-            if self.knobs.speedup_power != 1.0:
-                job = out[-1]
+        fill_first([job.table for job in out])
+        if self.knobs.speedup_power != 1.0:
+            for job in out:
                 fair = max(min(share // job.gpr, job.cap), 1)
                 per_node = max(cluster.max_gpus // job.gpr, 1)
                 job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)

@@ -7,7 +7,7 @@ from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams, PerfPara
 from adl.sched.policy_goodput import best_goodput
 from adl.sched.policy_optimism import frozen_sync
 from adl.sched.speedup import SpeedupFunction
-from adl.sched.speedup_table import SpeedupTable
+from adl.sched.speedup_table import SpeedupTable, fill_first
 
 
 def random_model(rng: np.random.Generator) -> GoodputFunction:
@@ -129,3 +129,23 @@ def test_the_policys_tables_search_one_node_only_where_one_node_holds_the_replic
         # above a node's worth, the one-node row repeats the several-node one
         assert np.array_equal(fits.rows[0, per_node + 1 :], fits.rows[1, per_node + 1 :])
         assert fits.get(2, 40, 40) == whole.get(2, 40, 40)
+
+
+def test_new_tables_filled_together_hold_the_numbers_each_would_alone():
+    rng = np.random.default_rng(11)
+    specs = []
+    for _ in range(12):  # with and without accumulation, optimistic or not, small caps too
+        fn = SpeedupFunction(random_model(rng))
+        specs.append(
+            (fn, int(rng.choice([1, 4, 8])), int(rng.integers(0, 9)), int(rng.integers(1, 12)))
+        )
+    together = [SpeedupTable(fn, n, p, c, one_node_fits=True, fill=False) for fn, n, p, c in specs]
+    fill_first([*together, together[0]])  # a table shared by two jobs is filled once
+    for table, (fn, n, p, c) in zip(together, specs, strict=True):
+        alone = SpeedupTable(fn, n, p, c, one_node_fits=True)
+        assert table.covered == alone.covered == min(8, c)
+        assert table.base == alone.base
+        assert np.array_equal(table.rows, alone.rows)
+    generic = SpeedupTable(lambda n, k: np.asarray(k, dtype=float), 4, fill=False)
+    fill_first([generic])  # nothing to fill: looked up lazily
+    assert generic.get(1, 3, 8) == 3.0
