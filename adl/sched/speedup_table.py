@@ -228,9 +228,16 @@ def fill_first(tables: Sequence[SpeedupTable]) -> None:
         )
         for t, upto in zip(todo, spans, strict=True)
     ]
-    for table, upto, good in zip(todo, spans, _models_goodput(items), strict=True):  # type: ignore[arg-type]
+    goods: list[np.ndarray] = []
+    for start in range(0, len(items), _TABLES_PER_SEARCH):
+        goods += _models_goodput(items[start : start + _TABLES_PER_SEARCH])
+    for table, upto, good in zip(todo, spans, goods, strict=True):  # type: ignore[arg-type]
         table._store(upto, good)
 
+
+#: new tables searched together: a few hundred rows keep a search's arrays in the CPU's
+#: cache (1000 new tables: 142 ms 64 at a time, 320 ms all at once, 421 ms one by one)
+_TABLES_PER_SEARCH = 64
 
 #: node counts standing for the two sync regimes: within one node, across several
 _NODE_REGIMES = np.array([1.0, 2.0])
