@@ -213,26 +213,19 @@ def _rows_of(perf: PerfParams, rows: np.ndarray) -> PerfParams:
 
 def fill_first(tables: Sequence[SpeedupTable]) -> None:
     """Tabulate the first rows (those a table's first lookup fills) of every fitted-model
-    table not yet filled, in one search for all of them: the same numbers as one by one."""
+    table not yet filled, searched together (:data:`_TABLES_PER_SEARCH` at a time): the
+    same numbers as one by one."""
     todo = [t for t in tables if t.rows is not None and t.covered == 0]
     todo = list({id(t): t for t in todo}.values())  # a table shared by jobs, once
-    if not todo:
-        return
-    spans = [min(8, t.cap) for t in todo]
-    items = [
-        (
-            t.fn,
-            t.profiled,
-            np.arange(1, upto + 1, dtype=np.float64),
-            t.per_node if t.one_node_fits else None,
-        )
-        for t, upto in zip(todo, spans, strict=True)
-    ]
-    goods: list[np.ndarray] = []
+    items: list[tuple[SpeedupFunction, int, np.ndarray, int | None]] = []
+    for t in todo:
+        assert isinstance(t.fn, SpeedupFunction)  # tables with rows tabulate a fitted model
+        ks = np.arange(1, min(8, t.cap) + 1, dtype=np.float64)
+        items.append((t.fn, t.profiled, ks, t.per_node if t.one_node_fits else None))
     for start in range(0, len(items), _TABLES_PER_SEARCH):
-        goods += _models_goodput(items[start : start + _TABLES_PER_SEARCH])
-    for table, upto, good in zip(todo, spans, goods, strict=True):  # type: ignore[arg-type]
-        table._store(upto, good)
+        block = items[start : start + _TABLES_PER_SEARCH]
+        for table, item, good in zip(todo[start:], block, _models_goodput(block), strict=False):
+            table._store(len(item[2]), good)
 
 
 #: new tables searched together: a few hundred rows keep a search's arrays in the CPU's
