@@ -35,7 +35,8 @@ from adl.sched.types import Allocation, JobInfo, NodeInfo  # noqa: E402
 
 @dataclass(frozen=True)
 class Case:
-    """One recorded run: ``sched_scale`` rounds, or (``jobs`` = 0) a mixed-types replay."""
+    """One recorded run: ``sched_scale`` rounds, or (``jobs`` = 0) a mixed-types replay of
+    ``policy`` (adl's, or another built on its optimizer)."""
 
     name: str
     jobs: int = 0
@@ -46,6 +47,7 @@ class Case:
     knobs: tuple[tuple[str, float], ...] = ()
     workload: int = 0
     first: int = 0
+    policy: str = "adl"
 
 
 CASES = (
@@ -71,6 +73,13 @@ CASES = (
     ),
     Case("scale-100x64-3types", 100, 64, 8, gpu_types=3),
     Case("mixed-three-types-workload-2-first-60", workload=2, first=60),
+    # Pollux's objective in adl's optimizer (its own value, one by one)
+    Case(
+        "pollux-objective-three-types-workload-1-first-40",
+        workload=1,
+        first=40,
+        policy="pollux-objective",
+    ),
 )
 
 
@@ -112,7 +121,7 @@ def record(case: Case) -> list[dict[str, list[str]]]:
                 knobs=dict(case.knobs),
             )
         else:
-            task = mixed_types.Task("three-types", case.workload, "adl", case.first, True)
+            task = mixed_types.Task("three-types", case.workload, case.policy, case.first, True)
             mixed_types.run_task(task)
     finally:
         AdlPolicy.optimize = original  # type: ignore[method-assign]

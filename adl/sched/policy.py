@@ -191,6 +191,10 @@ class AdlPolicy:
         self._hold_until: dict[str, float] = {}
         # this tier's quiet time (``quiet_growth``), set by ``_prepare``: 0 = not quiet
         self._quiet_s = 0.0
+        # Whole rows of values (:meth:`_moved_row`) come from :meth:`_values`, which is the
+        # objective only where a subclass has not replaced :meth:`_value` with its own (as
+        # Pollux's objective does): there every value is asked of ``_value``, one by one.
+        self._by_rows = type(self)._value is AdlPolicy._value
 
     def ranks_by_predicted_remaining(self) -> bool:
         """:class:`RanksByPredictedRemaining`: whether the knobs let the prediction count."""
@@ -427,7 +431,7 @@ class AdlPolicy:
             # a running job grows on its own type (never mixed); one without GPUs may start on
             # any type it allows, each valued at its speed there
             types = (job.node_types[next(iter(current))],) if current else job.types
-            rows = job.table.rows is not None
+            rows = self._by_rows and job.table.rows is not None
             for gpu_type in types:
                 # Only counts that fit in the type's free GPUs can be placed (the targets
                 # ascend); and no placement of a count is worth more than its moved value's
@@ -776,7 +780,7 @@ class AdlPolicy:
         fewest nodes of ``per_node`` replicas (a new array)."""
         table = job.table
         top = int(counts[-1])
-        if table.rows is not None and top <= table.cap:
+        if self._by_rows and table.rows is not None and top <= table.cap:
             table.cover(top)
             rows = self._moved_row(job, speed).array
             return rows[(counts > per_node).astype(np.intp), counts]

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from adl.sched.baselines.pollux import PolluxObjectivePolicy
 from adl.sched.placement import Cluster, Placement
 from adl.sched.policy import AdlPolicy, _Job
 from adl.sched.types import JobInfo, NodeInfo
@@ -138,3 +139,21 @@ def test_the_rounds_shortcuts_change_no_answer(seed: int, knobs: dict[str, float
             for job in current
         ]
     assert placed > 0  # the rounds gave GPUs out
+
+
+class PlainPollux(PolluxObjectivePolicy):
+    """Pollux's objective, every target placed."""
+
+    _best_move = PlainPolicy._best_move
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_objective_that_replaces_the_value_is_asked_for_every_value(seed: int) -> None:
+    # Pollux's objective replaces ``_value``: rows of adl's own values must not stand in for
+    # it (as the moved values' ceilings, or the knapsack's values)
+    nodes = cluster()
+    current = jobs(seed)
+    answer = PolluxObjectivePolicy().optimize(current, nodes, {})
+    assert answer == PlainPollux().optimize(current, nodes, {})
+    again = PolluxObjectivePolicy().optimize(current, nodes, answer)
+    assert again == PlainPollux().optimize(current, nodes, answer)
