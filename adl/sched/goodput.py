@@ -93,8 +93,9 @@ def compute_time(perf: PerfParams, local_bsz: ArrayLike) -> FloatArray:
     return perf.alpha_c + perf.beta_c * np.asarray(local_bsz, dtype=np.float64)
 
 
-def overlap(tc: FloatArray, ts: FloatArray, gamma: float) -> FloatArray:
-    """``(tc^g + ts^g)^(1/g)`` computed stably (exact when ``ts`` is 0)."""
+def overlap(tc: FloatArray, ts: FloatArray, gamma: float | FloatArray) -> FloatArray:
+    """``(tc^g + ts^g)^(1/g)`` computed stably (exact when ``ts`` is 0); ``gamma`` may be a
+    column, one per row."""
     big = np.maximum(tc, ts)
     small = np.minimum(tc, ts)
     safe = np.where(big > 0, big, 1.0)

@@ -25,25 +25,29 @@ def best_counts(
     always get nothing). Ties keep the smaller counts of the later jobs."""
     if free < 0:
         raise ValueError("free GPUs must be >= 0")
-    best = np.full(free + 1, -np.inf)
+    width = free + 1
+    best = np.full(width, -np.inf)
     best[0] = 0.0
-    choices: list[NDArray[np.int64]] = []
+    choices: list[NDArray[np.int32]] = []
     for job_values, gpr in zip(values, gpus_per_replica, strict=True):
         new = best.copy()  # count 0
-        choice = np.zeros(free + 1, dtype=np.int64)
+        choice = np.zeros(width, dtype=np.int32)
         worth = 0.0
-        for count in range(1, len(job_values)):
-            if job_values[count] <= worth:
+        per = max(gpr, 1)
+        for count, value in enumerate(np.asarray(job_values).tolist()):
+            if count == 0 or value <= worth:
                 continue  # dominated: a smaller count is worth as much
-            worth = float(job_values[count])
-            gpus = count * max(gpr, 1)
+            worth = value
+            gpus = count * per
             if gpus > free:
                 break
-            cand = np.full(free + 1, -np.inf)
-            cand[gpus:] = best[: free + 1 - gpus] + worth
-            better = cand > new + 1e-15
-            new[better] = cand[better]
-            choice[better] = count
+            # Capacities below ``gpus`` cannot hold the count: only the tail is compared, in
+            # place (the arithmetic and the order of counts are what decide ties)
+            cand = best[: width - gpus] + worth
+            tail = new[gpus:]
+            better = cand > tail + 1e-15
+            np.copyto(tail, cand, where=better)
+            np.copyto(choice[gpus:], count, where=better)
         best = new
         choices.append(choice)
     c = int(np.argmax(best))

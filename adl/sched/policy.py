@@ -61,6 +61,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from adl.sched.decisions import (
     HELD_AT_CAP,
@@ -77,8 +78,23 @@ from adl.sched.policy_starvation import boosted_weight, deficit_s
 from adl.sched.policy_type_floor import fast_enough
 from adl.sched.policy_type_frame import frame_scale
 from adl.sched.policy_weights import aging, rank_weights
-from adl.sched.speedup_table import SpeedupTable
+from adl.sched.speedup_table import SpeedupTable, fill_first
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
+
+
+class _MovedValues:
+    """A job's values of moved placements at one GPU speed: ``array[r, k]`` for ``k``
+    replicas on one node (``r`` = 0) or several (1); the same as lists (``one``, ``several``:
+    the greedy reads single numbers), and the larger of the two per count (``ceiling``: no
+    placement of ``k`` replicas is worth more unless it is last round's)."""
+
+    __slots__ = ("array", "ceiling", "one", "several")
+
+    def __init__(self, array: NDArray[np.float64]) -> None:
+        self.array = array
+        self.one: list[float] = array[0].tolist()
+        self.several: list[float] = array[1].tolist()
+        self.ceiling: list[float] = np.maximum(array[0], array[1]).tolist()
 
 
 @dataclass
@@ -124,6 +140,14 @@ class _Job:
     #: its speed where it may use one type only (a uniform cluster: the hot path skips the
     #: lookup); 0.0 where it may use several
     one_speed: float = 0.0
+    #: this round's values, each computed once (:meth:`AdlPolicy._value`): of every moved
+    #: placement, by GPU speed, where the table holds a fitted model (row 0 on one node, row
+    #: 1 on several, a column per replica count the table covers), and of any other by
+    #: (nodes, replicas, moved, speed). The copies the solvers make share them.
+    moved_values: dict[float, _MovedValues] = field(default_factory=dict)
+    memo: dict[tuple[int, int, bool, float], float] = field(default_factory=dict)
+    #: the greedy's target counts by (replicas held, replicas per node)
+    targets: dict[tuple[int, int], list[int]] = field(default_factory=dict)
 
     @property
     def gpr(self) -> int:
@@ -133,6 +157,9 @@ class _Job:
 
 #: the window of ``resumes_per_hour``
 _HOUR_S = 3600.0
+
+#: a number, or an array of them (the value's arithmetic runs on either)
+Num = float | NDArray[np.float64]
 
 
 def _key(placement: Placement) -> tuple[tuple[int, int], ...]:
@@ -172,6 +199,10 @@ class AdlPolicy:
         self._hold_until: dict[str, float] = {}
         # this tier's quiet time (``quiet_growth``), set by ``_prepare``: 0 = not quiet
         self._quiet_s = 0.0
+        # Whole rows of values (:meth:`_moved_row`) come from :meth:`_values`, which is the
+        # objective only where a subclass has not replaced :meth:`_value` with its own (as
+        # Pollux's objective does): there every value is asked of ``_value``, one by one.
+        self._by_rows = type(self)._value is AdlPolicy._value
 
     def ranks_by_predicted_remaining(self) -> bool:
         """:class:`RanksByPredictedRemaining`: whether the knobs let the prediction count."""
@@ -211,7 +242,7 @@ class AdlPolicy:
         speedup. The cost is scaled up when the job has already restarted often for its age
         (each restart suggests the next will not last either).
         """
-        return self._penalty(self._restart_s(job), self._remaining(job), speedup)
+        return float(self._penalty(self._restart_s(job), self._remaining(job), speedup))
 
     def _restart_s(self, job: JobInfo) -> float:
         k = self.knobs
@@ -231,15 +262,16 @@ class AdlPolicy:
         churn = (horizon / min(lifetime, horizon)) ** k.churn_power
         return max(job.restart_cost_s, 0.0) * churn
 
-    def _penalty(
-        self, restart_s: float, remaining: float, speedup: float, longest: float = 0.0
-    ) -> float:
+    def _penalty(self, restart_s: Num, remaining: float, speedup: Num, longest: Num = 0.0) -> Num:
         """``restart_s`` over the time the new configuration is expected to last: the
-        horizon (or ``longest``, where longer), or less when the job finishes sooner."""
+        horizon (or ``longest``, where longer), or less when the job finishes sooner. Numbers
+        or arrays of them (element by element, the same arithmetic)."""
         k = self.knobs
-        horizon = min(max(k.restart_horizon_s, longest), remaining / max(speedup, 1e-9))
-        frac = restart_s / max(horizon, 1e-9)
-        return min(max(frac, 0.0), k.max_restart_penalty)
+        horizon = np.minimum(
+            np.maximum(k.restart_horizon_s, longest), remaining / np.maximum(speedup, 1e-9)
+        )
+        frac = restart_s / np.maximum(horizon, 1e-9)
+        return np.minimum(np.maximum(frac, 0.0), k.max_restart_penalty)
 
     def replica_cap(self, job: JobInfo, total: int, node_gpus: int | None = None) -> int:
         k = self.knobs
@@ -281,12 +313,14 @@ class AdlPolicy:
         key = (id(fn), per_node, profiled, cap)
         entry = self._next_tables.get(key) or self._tables.get(key)
         if entry is None or entry[0] is not fn:
-            entry = (fn, SpeedupTable(fn, per_node, profiled, cap))
+            # its first rows come with every other new table's (``_prepare``: fill_first)
+            table = SpeedupTable(fn, per_node, profiled, cap, one_node_fits=True, fill=False)
+            entry = (fn, table)
         self._next_tables[key] = entry
         return entry[1]
 
     def _utility(self, job: _Job, placement: Placement) -> float:
-        moved = _key(placement) != job.prev_key
+        moved = job.prev_key is None or _key(placement) != job.prev_key
         speed = _speed(job, placement)
         return self._value(job, len(placement), sum(placement.values()), moved, speed)
 
@@ -294,48 +328,97 @@ class AdlPolicy:
         self, job: _Job, nodes: int, replicas: int, moved: bool, speed: float = 1.0
     ) -> float:
         """The job's value on ``replicas`` over ``nodes`` of a GPU type where it runs ``speed``
-        x as fast as its model says; a ``moved`` job pays its restart."""
-        speedup = job.table.get(nodes, replicas, job.cap)
-        if job.efficient and replicas > job.efficient:
-            speedup = beyond_efficient(speedup, job.efficient_speedup)
-        speedup *= speed
+        x as fast as its model says; a ``moved`` job pays its restart (:meth:`_values`).
+
+        The greedy asks for the same values many times a round (a job without GPUs weighs
+        every target count on every type it may use, at each of its turns), so each is
+        computed once: a fitted model's moved values a whole row at a time, the rest one by
+        one, kept in the job's round memo."""
+        table = job.table
+        if moved and table.rows is not None and 0 < replicas <= table.cap:
+            if replicas > table.covered:
+                table.get(nodes, replicas, job.cap)  # fills the table as any lookup would
+            moved_values = self._moved_row(job, speed)
+            return moved_values.several[replicas] if nodes > 1 else moved_values.one[replicas]
+        key = (nodes, replicas, moved, speed)
+        value = job.memo.get(key)
+        if value is None:
+            speedup = np.array([table.get(nodes, replicas, job.cap)])
+            value = float(self._values(job, speedup, np.array([replicas]), moved, speed)[0])
+            job.memo[key] = value
+        return value
+
+    def _moved_row(self, job: _Job, speed: float) -> _MovedValues:
+        """The job's moved values at ``speed`` for every (one node or several, replica count)
+        its fitted model's table covers, rebuilt when the table has grown."""
+        table = job.table
+        assert table.rows is not None
+        row = job.moved_values.get(speed)
+        if row is None or len(row.one) <= table.covered:
+            width = table.covered + 1
+            values = self._values(job, table.rows[:, :width], np.arange(width), True, speed)
+            row = job.moved_values[speed] = _MovedValues(values)
+        return row
+
+    def _values(
+        self, job: _Job, speedup: np.ndarray, replicas: np.ndarray, moved: bool, speed: float
+    ) -> np.ndarray:
+        """The objective's term for ``job``: its value at each of ``replicas`` (an array, or
+        a row of them per node regime), where its table gives ``speedup``, on a GPU type
+        where it runs ``speed`` x as fast as its model says; a ``moved`` job pays its restart.
+        Element by element the same arithmetic as on plain numbers."""
+        if job.efficient:
+            capped = beyond_efficient(speedup, job.efficient_speedup)
+            speedup = np.where(replicas > job.efficient, capped, speedup)
+        speedup = speedup * speed
         q = self.knobs.speedup_power
         if q != 1.0:
             # Power mean over speedups normalised by the job's equal share: concave for q < 1,
             # so a job's first GPUs count more than another job's extra ones (the tail).
-            speedup = job.fair * (speedup / job.fair) ** q
+            # (Python's power on each number: numpy's vector power may round differently.)
+            ratio = np.asarray(speedup / job.fair)
+            powered = [base**q for base in ratio.ravel().tolist()]
+            speedup = job.fair * np.array(powered).reshape(ratio.shape)
         value = job.weight * speedup
         if job.floor_count:
             # a starved job's first GPUs (up to an equal share) at its boosted weight
-            value += (job.floor_weight - job.weight) * min(speedup, job.floor_speedup)
+            value = value + (job.floor_weight - job.weight) * np.minimum(speedup, job.floor_speedup)
         if moved:  # (re)starting costs every job the same delay
             k = self.knobs
-            restart_s = job.restart_s
-            longest, margin = 0.0, k.change_margin
-            if job.prev is not None and replicas > job.prev_replicas:
+            restart_s: Num = job.restart_s
+            longest: Num = 0.0
+            margin: Num = k.change_margin
+            if job.prev is not None:
                 # GPUs a running job grows into are on loan: when a more urgent job needs them
                 # back, it restarts a second time. Growth must pay for both restarts.
-                restart_s *= k.grow_restarts
+                grows = replicas > job.prev_replicas
+                restart_s = np.where(grows, job.restart_s * k.grow_restarts, job.restart_s)
                 if self._quiet_s > 0.0:
                     # no arrival for ``_quiet_s``: the loan is expected to last that long
                     # (or until the job ends), and a wrong model costs one restart over it,
                     # so the margin against model error shrinks in proportion
-                    longest = self._quiet_s
-                    margin *= k.restart_horizon_s / self._quiet_s
-            value *= 1.0 - self._penalty(restart_s, job.remaining, speedup, longest)
+                    longest = np.where(grows, self._quiet_s, 0.0)
+                    shrunk = k.change_margin * (k.restart_horizon_s / self._quiet_s)
+                    margin = np.where(grows, shrunk, k.change_margin)
+            value = value * (1.0 - self._penalty(restart_s, job.remaining, speedup, longest))
             if job.prev is not None:
                 # Hysteresis: a running job's change must beat staying by more than the
                 # model's own error, or the policy restarts jobs on noise.
-                value /= 1.0 + margin
-        if replicas > 0:
-            # a running job left without GPUs loses its restart (``charge``): every placement
-            # of it is worth that much more than none
-            value += job.charge
-        return value
+                value = value / (1.0 + margin)
+        # a running job left without GPUs loses its restart (``charge``): every placement
+        # of it is worth that much more than none
+        return np.where(replicas > 0, value + job.charge, value)
 
     # ------------------------------------------------------------------ greedy moves
 
     def _targets(self, job: _Job, per_node: int) -> list[int]:
+        key = (job.replicas, per_node)
+        found = job.targets.get(key)
+        if found is None:
+            found = job.targets[key] = self._target_counts(job, per_node)
+        return found
+
+    def _target_counts(self, job: _Job, per_node: int) -> list[int]:
         k, cap = job.replicas, job.cap
         lo = max(k + 1, job.info.min_replicas)
         cand = {lo, cap}
@@ -356,27 +439,48 @@ class AdlPolicy:
         current = job.placement
         cluster.release(job.info.name, current, gpr)
         try:
-            options: list[Placement] = []
             if job.replicas == 0 and job.prev is not None and cluster.fits(job.prev, gpr):
-                options.append(job.prev)
+                best = self._better(job, job.prev, best)
             prefer = [*current, *(job.prev or ())]
             # a running job grows on its own type (never mixed); one without GPUs may start on
             # any type it allows, each valued at its speed there
             types = (job.node_types[next(iter(current))],) if current else job.types
+            rows = self._by_rows and job.table.rows is not None
             for gpu_type in types:
-                for target in self._targets(job, cluster.type_max[gpu_type] // gpr):
+                # Only counts that fit in the type's free GPUs can be placed (the targets
+                # ascend); and no placement of a count is worth more than its moved value's
+                # ceiling (last round's placement aside): a count whose ceiling cannot beat
+                # the best move so far is not placed at all. Placing reads the cluster only,
+                # so the answer is the one a placement of every target would give.
+                room = cluster.free_of(gpu_type) // gpr
+                targets = self._targets(job, cluster.type_max[gpu_type] // gpr)
+                if not targets or targets[0] > room:
+                    continue
+                ceiling = self._moved_row(job, job.speeds[gpu_type]).ceiling if rows else ()
+                for target in targets:
+                    if target > room:
+                        break
+                    if target < len(ceiling) and target != job.prev_replicas:
+                        most = (ceiling[target] - job.utility) / ((target - job.replicas) * gpr)
+                        if most <= 1e-15 or (best is not None and most <= best[0] + 1e-15):
+                            continue
                     placed = cluster.place(target, gpr, prefer, gpu_type, job.allowed)
                     if placed is not None:
-                        options.append(placed)
-            for option in options:
-                extra = (sum(option.values()) - job.replicas) * gpr
-                if extra <= 0:
-                    continue
-                gain = (self._utility(job, option) - job.utility) / extra
-                if gain > 1e-15 and (best is None or gain > best[0] + 1e-15):
-                    best = (gain, option)
+                        best = self._better(job, placed, best)
         finally:
             cluster.take(job.info.name, current, gpr)
+        return best
+
+    def _better(
+        self, job: _Job, option: Placement, best: tuple[float, Placement] | None
+    ) -> tuple[float, Placement] | None:
+        """``option`` if it adds GPUs to ``job`` at a better gain per GPU than ``best``."""
+        extra = (sum(option.values()) - job.replicas) * job.gpr
+        if extra <= 0:
+            return best
+        gain = (self._utility(job, option) - job.utility) / extra
+        if gain > 1e-15 and (best is None or gain > best[0] + 1e-15):
+            return gain, option
         return best
 
     def _commit(self, job: _Job, placement: Placement, cluster: Cluster) -> None:
@@ -454,8 +558,9 @@ class AdlPolicy:
                     frame=scale,
                 )
             )
-            if self.knobs.speedup_power != 1.0:
-                job = out[-1]
+        fill_first([job.table for job in out])
+        if self.knobs.speedup_power != 1.0:
+            for job in out:
                 fair = max(min(share // job.gpr, job.cap), 1)
                 per_node = max(cluster.max_gpus // job.gpr, 1)
                 job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)
@@ -520,7 +625,7 @@ class AdlPolicy:
             if k.victim_charge > 0:
                 now = job.table.get(len(job.prev), job.prev_replicas, job.cap)
                 now *= _speed(job, job.prev)
-                lost = self._penalty(job.restart_s, job.remaining, now)
+                lost = float(self._penalty(job.restart_s, job.remaining, now))
                 job.charge = k.victim_charge * job.weight * now * lost
 
     def _remember(
@@ -658,32 +763,52 @@ class AdlPolicy:
                 total, work, cluster = exact
         return {job.info.name: cluster.to_names(job.placement) for job in work}
 
-    def _count_values(self, job: _Job, cluster: Cluster) -> tuple[np.ndarray, int, dict[int, str]]:
+    def _count_values(self, job: _Job, cluster: Cluster) -> tuple[np.ndarray, int, np.ndarray]:
         """Value of each replica count 0..K on a packed placement (restart penalties included)
         on the GPU type where that count is worth most (among those with the GPUs free), the
         count at which keeping last round's placement is worth more than moving, and the
-        type of each count."""
+        type of each count (its index in ``job.types``, -1 for none: the fastest type wins
+        ties)."""
         tops = {t: min(job.cap, cluster.free_of(t) // job.gpr) for t in job.types}
         top = max(tops.values(), default=0)
         values = np.full(max(top, 0) + 1, -np.inf)
         values[0] = 0.0
-        best_type: dict[int, str] = {}
+        kinds = np.full(len(values), -1, dtype=np.intp)
         keep = -1
         prev_type = _type(job, job.prev) if job.prev else None
-        for gpu_type in job.types:
+        low = max(job.info.min_replicas, 1)
+        for kind, gpu_type in enumerate(job.types):
+            high = tops[gpu_type]
+            if high < low:
+                continue
             per_node = max(cluster.type_max[gpu_type] // job.gpr, 1)
             speed = job.speeds[gpu_type]
-            for count in range(max(job.info.min_replicas, 1), tops[gpu_type] + 1):
-                value = self._value(job, -(-count // per_node), count, True, speed)
-                if job.prev is not None and count == job.prev_replicas and gpu_type == prev_type:
-                    stay = self._value(job, len(job.prev), count, False, speed)
-                    if stay >= value:
-                        value, keep = stay, count
-                if value > values[count]:
-                    values[count], best_type[count] = value, gpu_type
-        if keep >= 0 and best_type.get(keep) != prev_type:
+            row = self._packed_values(job, np.arange(low, high + 1), per_node, speed)
+            if job.prev is not None and gpu_type == prev_type and low <= job.prev_replicas <= high:
+                stay = self._value(job, len(job.prev), job.prev_replicas, False, speed)
+                if stay >= row[job.prev_replicas - low]:
+                    row[job.prev_replicas - low], keep = stay, job.prev_replicas
+            better = row > values[low : high + 1]
+            values[low : high + 1][better] = row[better]
+            kinds[low : high + 1][better] = kind
+        if keep >= 0 and (kinds[keep] < 0 or job.types[kinds[keep]] != prev_type):
             keep = -1  # another type is worth more at that count: the job moves there
-        return values, keep, best_type
+        return values, keep, kinds
+
+    def _packed_values(
+        self, job: _Job, counts: np.ndarray, per_node: int, speed: float
+    ) -> np.ndarray:
+        """The job's moved values at ``counts`` (ascending) replicas, each packed on the
+        fewest nodes of ``per_node`` replicas (a new array)."""
+        table = job.table
+        top = int(counts[-1])
+        if self._by_rows and table.rows is not None and top <= table.cap:
+            table.cover(top)
+            rows = self._moved_row(job, speed).array
+            return rows[(counts > per_node).astype(np.intp), counts]
+        return np.array(
+            [self._value(job, -(-c // per_node), c, True, speed) for c in counts.tolist()]
+        )
 
     def _solve_dp(
         self, work: list[_Job], nodes: Sequence[NodeInfo]
@@ -700,7 +825,7 @@ class AdlPolicy:
             return None
         keeps: dict[int, int] = {}
         values = []
-        count_types: dict[int, dict[int, str]] = {}
+        count_types: dict[int, np.ndarray] = {}
         for idx in open_jobs:
             job_values, keep, count_types[idx] = self._count_values(work[idx], cluster)
             if keep >= 0:
@@ -727,7 +852,9 @@ class AdlPolicy:
             for count in range(counts[idx], max(job.info.min_replicas, 1) - 1, -1):
                 # the type the count was valued on first; else any other it may use (the
                 # knapsack counts GPUs, not GPUs per type)
-                first = count_types[idx].get(count)
+                kinds = count_types[idx]
+                kind = int(kinds[count]) if count < len(kinds) else -1
+                first = job.types[kind] if kind >= 0 else None
                 order = [t for t in job.types if t != first]
                 placed = None
                 for gpu_type in [first, *order] if first is not None else order:
@@ -891,7 +1018,10 @@ class AdlPolicy:
                 self._commit(job, job.prev, cluster)
 
     def _fill(self, work: list[_Job], cluster: Cluster, fixed: list[bool]) -> None:
-        """The lazy greedy: hand out free GPUs by best value per GPU (``fixed`` jobs stay)."""
+        """The lazy greedy: hand out free GPUs by best value per GPU (``fixed`` jobs stay).
+        The last step of each solver on ``cluster``: with no GPU free it does nothing."""
+        if cluster.total_free <= 0:
+            return
         heap: list[tuple[float, int]] = []
         for idx, job in enumerate(work):
             if not fixed[idx]:

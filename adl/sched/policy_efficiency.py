@@ -18,6 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+from numpy.typing import NDArray
+
+#: a speedup, or an array of them
+Speedups = float | NDArray[np.float64]
+
 #: what a speedup above the efficient count is worth, per unit
 EXCESS_WORTH = 0.01
 
@@ -34,7 +40,7 @@ def efficient_count(speedup_at: Callable[[int], float], cap: int, floor: float) 
     return 1
 
 
-def beyond_efficient(speedup: float, at_efficient: float) -> float:
+def beyond_efficient(speedup: Speedups, at_efficient: float) -> Speedups:
     """The speedup a count above the efficient one is worth: the efficient count's, plus a
-    hundredth of the rest."""
-    return at_efficient + EXCESS_WORTH * max(speedup - at_efficient, 0.0)
+    hundredth of the rest (of each, for an array of speedups)."""
+    return at_efficient + EXCESS_WORTH * np.maximum(speedup - at_efficient, 0.0)

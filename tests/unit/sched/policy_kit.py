@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams, PerfParams
+from adl.sched.speedup import SpeedupFunction
 from adl.sched.types import JobInfo, NodeInfo
 
 
@@ -49,3 +51,29 @@ def random_jobs(seed: int, count: int) -> list[JobInfo]:
 
 def counts(allocation) -> dict[str, int]:
     return {name: len(names) for name, names in allocation.items()}
+
+
+def fitted_speedup(rng: np.random.Generator) -> SpeedupFunction:
+    """A random fitted goodput model's speedup (the policy tabulates these a row at a time)."""
+    sqr = float(rng.uniform(0.1, 1.0))
+    b0 = int(2 ** rng.integers(5, 9))
+    return SpeedupFunction(
+        GoodputFunction(
+            PerfParams(
+                alpha_c=float(rng.uniform(0.005, 0.05)),
+                beta_c=float(rng.uniform(1e-4, 5e-3)),
+                alpha_n=float(rng.uniform(0.02, 0.3)),
+                beta_n=float(rng.uniform(0.0, 0.02)),
+                alpha_r=float(rng.uniform(0.005, 0.05)),
+                beta_r=float(rng.uniform(0.0, 0.005)),
+                gamma=float(rng.uniform(1.0, 3.0)),
+            ),
+            GradParams(sqr=sqr, var=sqr * float(10 ** rng.uniform(-1, 3))),
+            BatchBounds(
+                init_batch_size=b0,
+                max_batch_size=b0 * int(2 ** rng.integers(2, 7)),
+                local_bsz_bounds=(max(b0 // 8, 1), b0 * 2),
+                gradient_accumulation=bool(rng.integers(0, 2)),
+            ),
+        )
+    )

@@ -7,7 +7,7 @@ from adl.sched.goodput import BatchBounds, GoodputFunction, GradParams, PerfPara
 from adl.sched.policy_goodput import best_goodput
 from adl.sched.policy_optimism import frozen_sync
 from adl.sched.speedup import SpeedupFunction
-from adl.sched.speedup_table import SpeedupTable
+from adl.sched.speedup_table import SpeedupTable, fill_first
 
 
 def random_model(rng: np.random.Generator) -> GoodputFunction:
@@ -95,3 +95,57 @@ def test_generic_functions_are_tabulated_per_node_count():
     before = len(calls)
     assert table.get(2, 8, 16) == 4.0  # cached
     assert len(calls) == before
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_whole_row_at_once_fills_the_table_as_lookups_one_by_one_do(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        fn = SpeedupFunction(random_model(rng))
+        cap = int(rng.integers(1, 70))
+        profiled = int(rng.integers(0, 9))
+        one_by_one = SpeedupTable(fn, per_node=4, profiled=profiled, cap=cap)
+        for k in range(1, cap + 1):
+            one_by_one.get(2, k, cap)
+        at_once = SpeedupTable(fn, per_node=4, profiled=profiled, cap=cap)
+        at_once.cover(cap + 5)  # within the cap
+        assert at_once.covered == one_by_one.covered == cap
+        assert np.array_equal(at_once.rows, one_by_one.rows)
+
+
+@pytest.mark.parametrize("per_node", [1, 4, 8])
+def test_the_policys_tables_search_one_node_only_where_one_node_holds_the_replicas(per_node):
+    rng = np.random.default_rng(per_node)
+    for _ in range(5):
+        fn = SpeedupFunction(random_model(rng))
+        profiled = int(rng.integers(0, 9))
+        whole = SpeedupTable(fn, per_node, profiled=profiled, cap=40)
+        fits = SpeedupTable(fn, per_node, profiled=profiled, cap=40, one_node_fits=True)
+        whole.cover(40)
+        fits.cover(40)
+        # the same numbers wherever a placement can be (searched in other batches of rows)
+        assert np.array_equal(fits.rows[1], whole.rows[1])
+        assert np.array_equal(fits.rows[0, : per_node + 1], whole.rows[0, : per_node + 1])
+        # above a node's worth, the one-node row repeats the several-node one
+        assert np.array_equal(fits.rows[0, per_node + 1 :], fits.rows[1, per_node + 1 :])
+        assert fits.get(2, 40, 40) == whole.get(2, 40, 40)
+
+
+def test_new_tables_filled_together_hold_the_numbers_each_would_alone():
+    rng = np.random.default_rng(11)
+    specs = []
+    for _ in range(12):  # with and without accumulation, optimistic or not, small caps too
+        fn = SpeedupFunction(random_model(rng))
+        specs.append(
+            (fn, int(rng.choice([1, 4, 8])), int(rng.integers(0, 9)), int(rng.integers(1, 12)))
+        )
+    together = [SpeedupTable(fn, n, p, c, one_node_fits=True, fill=False) for fn, n, p, c in specs]
+    fill_first([*together, together[0]])  # a table shared by two jobs is filled once
+    for table, (fn, n, p, c) in zip(together, specs, strict=True):
+        alone = SpeedupTable(fn, n, p, c, one_node_fits=True)
+        assert table.covered == alone.covered == min(8, c)
+        assert table.base == alone.base
+        assert np.array_equal(table.rows, alone.rows)
+    generic = SpeedupTable(lambda n, k: np.asarray(k, dtype=float), 4, fill=False)
+    fill_first([generic])  # nothing to fill: looked up lazily
+    assert generic.get(1, 3, 8) == 3.0
