@@ -77,6 +77,7 @@ from adl.sched.policy_knobs import Knobs
 from adl.sched.policy_starvation import boosted_weight, deficit_s
 from adl.sched.policy_type_floor import fast_enough
 from adl.sched.policy_type_frame import frame_scale
+from adl.sched.policy_type_prices import over_asked, raised_prices
 from adl.sched.policy_weights import aging, rank_weights
 from adl.sched.speedup_table import SpeedupTable, fill_first
 from adl.sched.types import Allocation, JobInfo, NodeInfo, SpeedupFn
@@ -760,15 +761,36 @@ class AdlPolicy:
             fresh = [replace(j, placement={}, replicas=0, utility=0.0) for j in prepared]
             exact = self._solve_dp(fresh, nodes)
             if exact is not None and exact[0] > total * (1.0 + 1e-9):
-                total, work, cluster = exact
+                total, work, cluster = exact[:3]
+            # a mixed cluster whose counts asked a type for more than it has: re-solve with
+            # prices on the over-asked types, keeping what is worth most unpriced
+            over = exact[3] if exact is not None else {}
+            if over and k.type_prices > 0 and len(prepared) <= k.local_search_max_jobs:
+                used = sum(j.replicas * j.gpr for j in work)
+                unit = total / used if used > 0 and total > 0 else 0.0
+                prices: dict[str, float] = {}
+                for _ in range(int(k.type_prices)):
+                    if not over or unit <= 0.0:
+                        break
+                    prices = raised_prices(prices, over, unit)
+                    fresh = [replace(j, placement={}, replicas=0, utility=0.0) for j in prepared]
+                    priced = self._solve_dp(fresh, nodes, prices)
+                    if priced is None:
+                        break
+                    if priced[0] > total * (1.0 + 1e-9):
+                        total, work, cluster = priced[:3]
+                    over = priced[3]
         return {job.info.name: cluster.to_names(job.placement) for job in work}
 
-    def _count_values(self, job: _Job, cluster: Cluster) -> tuple[np.ndarray, int, np.ndarray]:
+    def _count_values(
+        self, job: _Job, cluster: Cluster, prices: Mapping[str, float] | None = None
+    ) -> tuple[np.ndarray, int, np.ndarray]:
         """Value of each replica count 0..K on a packed placement (restart penalties included)
         on the GPU type where that count is worth most (among those with the GPUs free), the
         count at which keeping last round's placement is worth more than moving, and the
         type of each count (its index in ``job.types``, -1 for none: the fastest type wins
-        ties)."""
+        ties). ``prices``: a price per GPU of each type, less what a count there is worth
+        (:mod:`adl.sched.policy_type_prices`)."""
         tops = {t: min(job.cap, cluster.free_of(t) // job.gpr) for t in job.types}
         top = max(tops.values(), default=0)
         values = np.full(max(top, 0) + 1, -np.inf)
@@ -788,6 +810,9 @@ class AdlPolicy:
                 stay = self._value(job, len(job.prev), job.prev_replicas, False, speed)
                 if stay >= row[job.prev_replicas - low]:
                     row[job.prev_replicas - low], keep = stay, job.prev_replicas
+            price = prices.get(gpu_type, 0.0) if prices else 0.0
+            if price:
+                row = row - price * job.gpr * np.arange(low, high + 1)
             better = row > values[low : high + 1]
             values[low : high + 1][better] = row[better]
             kinds[low : high + 1][better] = kind
@@ -811,11 +836,16 @@ class AdlPolicy:
         )
 
     def _solve_dp(
-        self, work: list[_Job], nodes: Sequence[NodeInfo]
-    ) -> tuple[float, list[_Job], Cluster] | None:
+        self,
+        work: list[_Job],
+        nodes: Sequence[NodeInfo],
+        prices: Mapping[str, float] | None = None,
+    ) -> tuple[float, list[_Job], Cluster, dict[str, int]] | None:
         """Replica counts by an exact knapsack over the packed values (capacity in GPUs, a count
-        costing ``count x gpus_per_replica``), then placed (jobs that keep last round's placement
-        first, then the most GPUs), then leftovers by the greedy."""
+        costing ``count x gpus_per_replica``; ``prices`` per GPU of a type, as in
+        :meth:`_count_values`), then placed (jobs that keep last round's placement first, then
+        the most GPUs), then leftovers by the greedy. Also the GPUs the counts asked of each
+        type beyond its free ones (the knapsack counts GPUs, not GPUs per type)."""
         cluster = Cluster(nodes)
         self._keep_unpreemptible(work, cluster)
         kept = [job.replicas > 0 for job in work]  # they stay as they are, as in the greedy
@@ -826,8 +856,9 @@ class AdlPolicy:
         keeps: dict[int, int] = {}
         values = []
         count_types: dict[int, np.ndarray] = {}
+        free_by = {t: cluster.free_of(t) for t in cluster.type_names}
         for idx in open_jobs:
-            job_values, keep, count_types[idx] = self._count_values(work[idx], cluster)
+            job_values, keep, count_types[idx] = self._count_values(work[idx], cluster, prices)
             if keep >= 0:
                 keeps[idx] = keep
             values.append(job_values)
@@ -835,6 +866,12 @@ class AdlPolicy:
         # latest submitted first: the order kept placements are committed in below, which the
         # replays' figures were measured with (a kept placement that no longer fits loses out)
         counts = dict(zip(reversed(open_jobs), reversed(chosen), strict=True))
+        demand: dict[str, int] = {}
+        for idx, count in counts.items():
+            kinds = count_types[idx]
+            if count and count < len(kinds) and kinds[count] >= 0:
+                gpu_type = work[idx].types[int(kinds[count])]
+                demand[gpu_type] = demand.get(gpu_type, 0) + count * work[idx].gpr
         # Place: kept placements first, then the most GPUs (fewest nodes, where they were).
         rest = []
         for idx, count in counts.items():
@@ -865,7 +902,7 @@ class AdlPolicy:
                     self._commit(job, placed, cluster)
                     break
         self._fill(work, cluster, kept)
-        return sum(job.utility for job in work), work, cluster
+        return sum(job.utility for job in work), work, cluster, over_asked(demand, free_by)
 
     def objective(
         self,

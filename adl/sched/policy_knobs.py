@@ -124,6 +124,11 @@ class Knobs:
     #: instead of moving to slow ones and back (:mod:`adl.sched.policy_type_floor`; 0 = off;
     #: no effect on a cluster of one type)
     min_type_speed: float = 0.0
+    #: on a mixed cluster, re-solve the replica-count knapsack up to this many times with a
+    #: price per GPU on the types it asked for more than they have, keeping the allocation
+    #: worth most unpriced (:mod:`adl.sched.policy_type_prices`; 0 = off; a whole number;
+    #: only while at most ``local_search_max_jobs`` jobs are active)
+    type_prices: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -159,6 +164,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "rank_power": (0.0, 0.95, True),
     "efficiency_floor": (0.0, 1.0, False),
     "min_type_speed": (0.0, 1.0, False),
+    "type_prices": (0.0, 8.0, True),
     "min_remaining_s": (1e-3, math.inf, True),
     "unknown_remaining_s": (1e-3, math.inf, True),
     "restart_horizon_s": (1e-3, math.inf, True),
