@@ -1,4 +1,4 @@
-"""``type_prices`` (issue 33): the replica-count knapsack values every count on the type where
+"""``type_prices`` (issue 33, on by default): the replica-count knapsack values every count on the type where
 it is worth most as if that type had room, so on a mixed cluster two jobs that both prefer
 the fast GPUs are sized for them, and the one placed first takes them. Prices on the
 over-asked type let the job that loses least on the slow type turn to it."""
@@ -25,8 +25,8 @@ def _jobs():  # type: ignore[no-untyped-def]
 
 def test_with_prices_the_fast_gpus_go_to_the_job_that_gains_most_from_them() -> None:
     jobs = _jobs()
-    plain = AdlPolicy()
-    priced = AdlPolicy(type_prices=4)
+    plain = AdlPolicy(type_prices=0)
+    priced = AdlPolicy()  # on by default
     before = plain.optimize(jobs, NODES, {})
     after = priced.optimize(jobs, NODES, {})
     assert set(before["picky"]) == {"k0"}  # the defaults: sized for V100s, placed on K80s
@@ -38,7 +38,7 @@ def test_with_prices_the_fast_gpus_go_to_the_job_that_gains_most_from_them() -> 
 def test_one_type_no_re_solve_changes_anything() -> None:
     nodes = [NodeInfo("n0", 4), NodeInfo("n1", 4)]
     jobs = [job(n, i, max_replicas=8, remaining_s=50_000.0 * (i + 1)) for i, n in enumerate("abc")]
-    assert AdlPolicy(type_prices=4).optimize(jobs, nodes, {}) == AdlPolicy().optimize(
+    assert AdlPolicy().optimize(jobs, nodes, {}) == AdlPolicy(type_prices=0).optimize(
         jobs, nodes, {}
     )
 
