@@ -74,6 +74,13 @@ from adl.sched.knapsack import best_counts
 from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_efficiency import beyond_efficient, efficient_count
 from adl.sched.policy_knobs import Knobs
+from adl.sched.policy_longshare import (
+    behind_floor,
+    efficient_scale,
+    floor_count,
+    floor_weight,
+    long_job_indices,
+)
 from adl.sched.policy_starvation import boosted_weight, deficit_s
 from adl.sched.policy_type_floor import fast_enough
 from adl.sched.policy_type_frame import frame_scale
@@ -569,6 +576,8 @@ class AdlPolicy:
         self._quiet_s = self._quiet(out)
         if self.knobs.starve_bound_s > 0:
             self._starvation_floor(out, share, cluster.max_gpus)
+        if self.knobs.long_job_mult > 0:
+            self._long_floor(out, total, cluster.max_gpus)
         self._tenure(out, previous)
         if self.knobs.efficiency_floor > 0:
             for job in out:
@@ -589,6 +598,36 @@ class AdlPolicy:
             per_node = max(node_gpus // job.gpr, 1)
             job.floor_weight, job.floor_count = boosted, count
             job.floor_speedup = job.table.get(-(-count // per_node), count, job.cap)
+
+    def _long_floor(self, jobs: list[_Job], total: int, node_gpus: int) -> None:
+        """``long_job_mult``: long jobs' first GPUs, up to their efficient scale, at a boosted
+        weight (:mod:`adl.sched.policy_longshare`); a starvation floor worth more stays."""
+        k = self.knobs
+        longs = long_job_indices([job.remaining for job in jobs], k.long_job_mult)
+        if not longs or k.long_floor_weight <= 0:
+            return
+        top = max(job.weight for job in jobs)
+        for idx in longs:
+            job = jobs[idx]
+            per_node = max(node_gpus // job.gpr, 1)
+
+            def packed(count: int, job: _Job = job, per_node: int = per_node) -> float:
+                return job.table.get(-(-count // per_node), count, job.cap)
+
+            scale = efficient_scale(packed, job.cap, per_node, k.long_floor_gain)
+            count = floor_count(scale, total, k.long_floor_share, len(longs), job.gpr)
+            count = min(count, job.cap)
+            boosted = floor_weight(job.weight, top, k.long_floor_weight)
+            if count <= 0 or boosted <= job.weight:
+                continue
+            if k.long_floor_catchup and not behind_floor(
+                job.info.attained_service_s, job.info.age_s, count * job.gpr
+            ):
+                continue
+            if job.floor_count and job.floor_weight * job.floor_speedup >= boosted * packed(count):
+                continue  # the starvation bound's floor is worth more
+            job.floor_weight, job.floor_count = boosted, count
+            job.floor_speedup = packed(count)
 
     def _quiet(self, jobs: Sequence[_Job]) -> float:
         """With ``quiet_growth``: the youngest job's age when every job holds GPUs and it is

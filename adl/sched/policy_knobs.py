@@ -130,6 +130,23 @@ class Knobs:
     #: only while at most ``local_search_max_jobs`` jobs are active; no effect on a cluster
     #: of one type; measured: mean JCT 2-5% shorter on the mixed clusters)
     type_prices: float = 4.0
+    #: long jobs (0 = off; else at least 1): a job whose remaining one-GPU work is at least the
+    #: longest's over this and more than this many times the tier's median is *long*, and
+    #: gets the steady efficient share below
+    #: (:mod:`adl.sched.policy_longshare`; issue 34's tail)
+    long_job_mult: float = 0.0
+    #: a long job's first GPUs, up to its efficient scale, weigh this many times the tier's
+    #: largest weight (1: they outbid others' low-value GPUs; 100: a constraint whenever the
+    #: GPUs exist; 0: no floor)
+    long_floor_weight: float = 1.0
+    #: ... the efficient scale: the most replicas reached by a step still adding at least this
+    #: much speedup per replica
+    long_floor_gain: float = 0.5
+    #: ... the long jobs' floors together take at most this fraction of the cluster
+    long_floor_share: float = 0.5
+    #: on: the floor applies only while the long job has had fewer GPU-seconds than its floor
+    #: would have given it since it arrived (a catch-up, not a steady share)
+    long_floor_catchup: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -171,6 +188,10 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "restart_horizon_s": (1e-3, math.inf, True),
     "max_restart_penalty": (0.0, 1.0, False),
     "resumes_per_hour": (0.0, 60.0, True),
+    "long_job_mult": (0.0, 1000.0, True),
+    "long_floor_gain": (0.01, 1.0, True),
+    "long_floor_share": (0.01, 1.0, True),
+    "long_floor_weight": (0.0, 1000.0, True),
 }
 
 

@@ -60,6 +60,7 @@ def test_a_switch_takes_one_or_zero_only() -> None:
         "aging_best",
         "tenure_all",
         "quiet_growth",
+        "long_floor_catchup",
     }
 
 

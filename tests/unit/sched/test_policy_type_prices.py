@@ -1,7 +1,7 @@
-"""``type_prices`` (issue 33, on by default): the replica-count knapsack values every count on the type where
-it is worth most as if that type had room, so on a mixed cluster two jobs that both prefer
-the fast GPUs are sized for them, and the one placed first takes them. Prices on the
-over-asked type let the job that loses least on the slow type turn to it."""
+"""``type_prices`` (issue 33, on by default): the replica-count knapsack values every count
+on the type where it is worth most as if that type had room, so on a mixed cluster two jobs
+that both prefer the fast GPUs are sized for them, and the one placed first takes them.
+Prices on the over-asked type let the job that loses least on the slow type turn to it."""
 
 import pytest
 from policy_kit import job
