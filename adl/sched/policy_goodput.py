@@ -56,21 +56,8 @@ def best_goodput_at_sync(
     times (``sync_s``, one column per variant): the batch search depends on the replica count
     only, so the variants (one node or several, fitted or optimistic sync) share it. A NaN
     sync time marks a (row, variant) nobody needs: it is not searched, and stays NaN."""
-    lo, hi = (float(x) for x in bounds.local_bsz_bounds)
     return search_rows(
-        RowParams(
-            perf=perf,
-            var=max(grad.var, 0.0),
-            sqr=max(grad.sqr, 0.0),
-            b0=float(bounds.init_batch_size),
-            bmax=float(bounds.max_batch_size),
-            lo=lo,
-            hi=hi,
-            max_accum=float(bounds.max_accum_steps),
-        ),
-        bounds.gradient_accumulation,
-        num_replicas,
-        sync_s,
+        row_params(perf, grad, bounds), bounds.gradient_accumulation, num_replicas, sync_s
     )
 
 
@@ -87,6 +74,21 @@ class RowParams(NamedTuple):
     lo: Num
     hi: Num
     max_accum: Num
+
+
+def row_params(perf: PerfParams, grad: GradParams, bounds: BatchBounds) -> RowParams:
+    """The search's inputs for one job (negative gradient statistics count as 0)."""
+    lo, hi = (float(x) for x in bounds.local_bsz_bounds)
+    return RowParams(
+        perf=perf,
+        var=max(grad.var, 0.0),
+        sqr=max(grad.sqr, 0.0),
+        b0=float(bounds.init_batch_size),
+        bmax=float(bounds.max_batch_size),
+        lo=lo,
+        hi=hi,
+        max_accum=float(bounds.max_accum_steps),
+    )
 
 
 def search_rows(

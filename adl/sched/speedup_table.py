@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from adl.sched.goodput import BatchBounds, GradParams, PerfParams, sync_time
-from adl.sched.policy_goodput import RowParams, search_rows
+from adl.sched.goodput import PerfParams, sync_time
+from adl.sched.policy_goodput import RowParams, row_params, search_rows
 from adl.sched.policy_optimism import frozen_sync
 from adl.sched.speedup import SpeedupFunction
 from adl.sched.types import SpeedupFn
@@ -150,7 +150,7 @@ def _models_goodput(
             perf, frozen = gf.perf, frozen_sync(gf.perf, profiled)
             prof: float | np.ndarray = float(profiled)
             upto: float | np.ndarray = np.inf if limit is None else float(limit)
-            params = _row_params(gf.perf, gf.grad, gf.bounds)
+            params = row_params(gf.perf, gf.grad, gf.bounds)
         else:
             gfs = [items[i][0].goodput_fn for i in group]
             perf = _column_perf([g.perf for g in gfs], sizes)
@@ -161,7 +161,7 @@ def _models_goodput(
             prof = np.repeat([float(items[i][1]) for i in group], sizes)
             limits = [items[i][3] for i in group]
             upto = np.repeat([np.inf if x is None else float(x) for x in limits], sizes)
-            each = [_row_params(g.perf, g.grad, g.bounds) for g in gfs]
+            each = [row_params(g.perf, g.grad, g.bounds) for g in gfs]
             params = RowParams(
                 perf=perf,
                 **{
@@ -185,20 +185,6 @@ def _models_goodput(
         for i, part in zip(group, np.split(good, np.cumsum(sizes)[:-1]), strict=True):
             out[i] = part
     return out
-
-
-def _row_params(perf: PerfParams, grad: GradParams, bounds: BatchBounds) -> RowParams:
-    lo, hi = (float(x) for x in bounds.local_bsz_bounds)
-    return RowParams(
-        perf=perf,
-        var=max(grad.var, 0.0),
-        sqr=max(grad.sqr, 0.0),
-        b0=float(bounds.init_batch_size),
-        bmax=float(bounds.max_batch_size),
-        lo=lo,
-        hi=hi,
-        max_accum=float(bounds.max_accum_steps),
-    )
 
 
 def _column_perf(perfs: Sequence[PerfParams], sizes: Sequence[int]) -> PerfParams:
