@@ -65,7 +65,7 @@ class Daemon:
         self.jobs: dict[str, StoredJob] = {}
         #: the ranks' heartbeats, written by the API thread (hung-rank detection)
         self.progress = ProgressBook()
-        self.groups = WorkerGroups(settings, self.store, self.jobs)
+        self.groups = WorkerGroups(settings, self.store, self.jobs, self.nodes)
         self.backend = LocalWorkerBackend(
             self.store, self.jobs, self.groups, self.progress, self.nodes
         )

@@ -26,7 +26,7 @@ from adl.controller.actions import CreateGroup
 from adl.controller.env import WorkerSite
 from adl.controller.lifecycle import ObservedWorkers, ReplicaPhase, ReplicaState
 from adl.local import processes
-from adl.local.gpus import gpu_ids, local_nodes, slot_types
+from adl.local.gpus import LocalNode, gpu_ids
 from adl.local.private import make_private_dir, write_private
 from adl.local.settings import Settings
 from adl.local.store import GroupRecord, Store, StoredJob
@@ -45,17 +45,21 @@ ORPHAN_KILL_S = 5.0
 class WorkerGroups:
     """Every job's worker groups on this machine (``jobs``: the daemon's view of the jobs)."""
 
-    def __init__(self, settings: Settings, store: Store, jobs: Mapping[str, StoredJob]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        jobs: Mapping[str, StoredJob],
+        nodes: Sequence[LocalNode],
+    ) -> None:
         self.s = settings
         self.home = settings.home
         self.store = store
         self.jobs = jobs
         self.capacity = settings.gpus or settings.slots
-        #: each local node's GPU slots: a group gets devices of the nodes it was placed on
-        self.node_devices = {
-            n.name: n.devices
-            for n in local_nodes(self.capacity, slot_types(settings.gpus, settings.gpu_types))
-        }
+        #: each local node's GPU slots (the daemon's nodes): a group gets devices of the
+        #: nodes it was placed on
+        self.node_devices = {n.name: n.devices for n in nodes}
         self.api_url = ""
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._warm: dict[str, tuple[processes.GroupProcess, subprocess.Popen[bytes]]] = {}

@@ -58,6 +58,7 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,16 @@ _HOUR_S = 3600.0
 
 #: a number, or an array of them (the value's arithmetic runs on either)
 Num = float | NDArray[np.float64]
+
+
+def _packed(job: _Job, per_node: int, count: int) -> float:
+    """The job's speedup on ``count`` replicas packed on the fewest nodes of ``per_node``."""
+    return job.table.get(-(-count // per_node), count, job.cap)
+
+
+def _unplaced(jobs: Sequence[_Job]) -> list[_Job]:
+    """Copies of ``jobs`` holding nothing, for another solve of the same round."""
+    return [replace(j, placement={}, replicas=0, utility=0.0) for j in jobs]
 
 
 def _key(placement: Placement) -> tuple[tuple[int, int], ...]:
@@ -571,7 +582,7 @@ class AdlPolicy:
             for job in out:
                 fair = max(min(share // job.gpr, job.cap), 1)
                 per_node = max(cluster.max_gpus // job.gpr, 1)
-                job.fair = max(job.table.get(-(-fair // per_node), fair, job.cap), 1e-9)
+                job.fair = max(_packed(job, per_node, fair), 1e-9)
         self._alternative_weights(out, cluster.max_gpus)
         self._quiet_s = self._quiet(out)
         if self.knobs.starve_bound_s > 0:
@@ -597,7 +608,7 @@ class AdlPolicy:
             count = max(min(share // job.gpr, job.cap), 1)
             per_node = max(node_gpus // job.gpr, 1)
             job.floor_weight, job.floor_count = boosted, count
-            job.floor_speedup = job.table.get(-(-count // per_node), count, job.cap)
+            job.floor_speedup = _packed(job, per_node, count)
 
     def _long_floor(self, jobs: list[_Job], total: int, node_gpus: int) -> None:
         """``long_job_mult``: long jobs' first GPUs, up to their efficient scale, at a boosted
@@ -610,10 +621,7 @@ class AdlPolicy:
         for idx in longs:
             job = jobs[idx]
             per_node = max(node_gpus // job.gpr, 1)
-
-            def packed(count: int, job: _Job = job, per_node: int = per_node) -> float:
-                return job.table.get(-(-count // per_node), count, job.cap)
-
+            packed = partial(_packed, job, per_node)
             scale = efficient_scale(packed, job.cap, per_node, k.long_floor_gain)
             count = floor_count(scale, total, k.long_floor_share, len(longs), job.gpr)
             count = min(count, job.cap)
@@ -706,11 +714,7 @@ class AdlPolicy:
 
     def _efficiency_cap(self, job: _Job, node_gpus: int) -> None:
         """Soft cap at the job's efficient count (:mod:`adl.sched.policy_efficiency`)."""
-        per_node = max(node_gpus // job.gpr, 1)
-
-        def packed(count: int) -> float:
-            return job.table.get(-(-count // per_node), count, job.cap)
-
+        packed = partial(_packed, job, max(node_gpus // job.gpr, 1))
         count = efficient_count(packed, job.cap, self.knobs.efficiency_floor)
         if count < job.cap:
             job.efficient, job.efficient_speedup = count, packed(count)
@@ -792,12 +796,12 @@ class AdlPolicy:
         k = self.knobs
         if k.local_search > 0 and len(prepared) <= k.local_search_max_jobs:
             for name in self._moved_big_jobs(work, int(k.local_search)):
-                fresh = [replace(j, placement={}, replicas=0, utility=0.0) for j in prepared]
+                fresh = _unplaced(prepared)
                 alt = self._solve(fresh, nodes, frozenset({name}))
                 if alt[0] > total * (1.0 + 1e-9):
                     total, work, cluster = alt
         if k.dp:
-            fresh = [replace(j, placement={}, replicas=0, utility=0.0) for j in prepared]
+            fresh = _unplaced(prepared)
             exact = self._solve_dp(fresh, nodes)
             if exact is not None and exact[0] > total * (1.0 + 1e-9):
                 total, work, cluster = exact[:3]
@@ -812,7 +816,7 @@ class AdlPolicy:
                     if not over or unit <= 0.0:
                         break
                     prices = raised_prices(prices, over, unit)
-                    fresh = [replace(j, placement={}, replicas=0, utility=0.0) for j in prepared]
+                    fresh = _unplaced(prepared)
                     priced = self._solve_dp(fresh, nodes, prices)
                     if priced is None:
                         break
@@ -1036,7 +1040,7 @@ class AdlPolicy:
                 target=now + 1, cause=HELD_AT_CAP, speedup_target=s_now * job.frame, **facts
             )
         counts = range(now + 1, top + 1)
-        speedups = {c: job.table.get(-(-c // per_node), c, job.cap) * speed for c in counts}
+        speedups = {c: _packed(job, per_node, c) * speed for c in counts}
         values = {c: self._value(job, -(-c // per_node), c, True, speed) for c in counts}
         best = max(counts, key=lambda c: (values[c], -c))
         if values[best] > stay:
