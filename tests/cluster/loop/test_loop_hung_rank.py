@@ -46,7 +46,10 @@ def test_a_sigstopped_rank_is_named_and_its_group_restarted(
     # never reached, whatever the machine's speed: the test never races the job's end
     epochs = 100_000
     adl_operator(installed_chart).wait_ready()
-    manifest = variant(tmp_path, "hung", epochs=epochs, terminationGracePeriodSeconds=10)
+    # one replica until it has printed epochs, then two as a must (below)
+    manifest = variant(
+        tmp_path, "hung", epochs=epochs, terminationGracePeriodSeconds=10, maxReplicas=1
+    )
     # a heartbeat every second (stale after 5 s), the small floor, and a periodic checkpoint
     # every 2 s so the restart has a recent one
     with_env(
@@ -73,14 +76,22 @@ def test_a_sigstopped_rank_is_named_and_its_group_restarted(
         st = jobs.status("hung")
         return len(st.get("allocation") or []) == 2 and st.get("readyReplicas") == 2
 
-    jobs.wait("the job running on both nodes", grown, TIMEOUT_S, details)
-    # and kept there: on a loaded 2-core machine the job may measure two replicas slower than
-    # one, and a round that shrank it before the stop (CI did: "shrank 2 -> 1: speedup 0.77 ->
-    # 1.00") left no second rank to stop. It grew first (rather than starting at two) so that
-    # the resize's checkpoint is there to resume from whatever the periodic ones' timing.
-    jobs.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, "hung", {"spec": {"minReplicas": 2}}
+    # two replicas, kept: on a loaded 2-core machine the job may measure two replicas slower
+    # than one, and a round that shrank it before the stop (CI did: "shrank 2 -> 1: speedup
+    # 0.77 -> 1.00") left no second rank to stop. It grows from one (rather than starting at
+    # two) once it has printed epochs, so that the resize's checkpoint is there to resume from
+    # whatever the periodic ones' timing, and so that no shrink can come between its growth and
+    # the bound that keeps it
+    jobs.wait(
+        "epochs of the first group",
+        lambda: len(epoch_records(kubelet, namespace, "hung")) >= 2,
+        TIMEOUT_S,
+        details,
     )
+    jobs.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "hung", {"spec": {"minReplicas": 2, "maxReplicas": 2}}
+    )
+    jobs.wait("the job running on both nodes", grown, TIMEOUT_S, details)
     group = jobs.status("hung")["group"]
     # a few epochs of the grown group: both ranks step and a periodic checkpoint is written
     jobs.wait(

@@ -1,10 +1,10 @@
 """kube-apiserver stopped mid-resize (issue 36, scenario 3's second half), on the real control
-plane with the process kubelet: the job's first growth (one node to two) is caught while its
-status says ``Resizing`` (the old group stopping, the new one not yet running), and the API
-server is stopped then for about a minute. The operator process stays up through it and, once
-the server is back, the resize completes: the job runs on both nodes, never with two live
-groups, and every epoch it printed is accounted for. (The outage mid-training is
-test_loop_faults.py's.)"""
+plane with the process kubelet: the job's first growth (one node to two, asked by raising its
+bounds once it has printed epochs) is caught while its status says ``Resizing`` (the old group
+stopping, the new one not yet running), and the API server is stopped then for about a minute.
+The operator process stays up through it and, once the server is back, the resize completes:
+the job runs on both nodes, never with two live groups, and every epoch it printed is accounted
+for. (The outage mid-training is test_loop_faults.py's.)"""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from loop_support import (
     variant,
 )
 
+from adl.operator.crd import GROUP, PLURAL, VERSION
+
 #: how long kube-apiserver is down; ADL_TEST_RESIZE_OUTAGE_S changes it
 OUTAGE_S = float(os.environ.get("ADL_TEST_RESIZE_OUTAGE_S", "60"))
 
@@ -42,7 +44,14 @@ def test_an_outage_mid_resize_converges_with_one_group(
     # never reached, whatever the machine's speed: the test never races the job's end
     epochs = 100_000
     op = adl_operator(installed_chart).wait_ready()
-    manifest = variant(tmp_path, "mid", epochs=epochs, terminationGracePeriodSeconds=10)
+    # one replica until group 1 has printed epochs, then two, as a must. Left to itself the job
+    # grows by exploring two replicas, but that may come before its first epoch ends (then the
+    # test cannot tell a resume from a start by the epochs printed), and on a loaded 2-core
+    # machine it may measure two replicas slower than one and shrink back before the test has
+    # seen the grown group's epochs (CI did: "shrank 2 -> 1: speedup 0.51 -> 1.00")
+    manifest = variant(
+        tmp_path, "mid", epochs=epochs, terminationGracePeriodSeconds=10, maxReplicas=1
+    )
     adl_cli("submit", "mid", "-f", str(manifest), "-n", namespace)
     seen: list[set[str]] = []
 
@@ -56,6 +65,15 @@ def test_an_outage_mid_resize_converges_with_one_group(
         st = jobs.status("mid")
         return st if st.get("reason") == "Resizing" else None
 
+    jobs.wait(
+        "epochs of group 1",
+        lambda: sum(g == 1 for g, _ in epoch_records(kubelet, namespace, "mid")) >= 2,
+        TIMEOUT_S,
+        details,
+    )
+    jobs.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "mid", {"spec": {"minReplicas": 2, "maxReplicas": 2}}
+    )
     # polled often: the window is the old group's graceful stop (a checkpoint and an exit)
     at = jobs.wait("the job Resizing", resizing, TIMEOUT_S, details)
     control_plane.stop_apiserver()
