@@ -605,8 +605,9 @@ class AdlPolicy:
         holding = [job.prev is not None for job in jobs]
         remaining = [job.remaining for job in jobs]
         ages = [job.info.age_s for job in jobs]
+        sizes = [job.remaining + max(job.info.attained_service_s, 0.0) for job in jobs]
         k = self.knobs
-        if not in_end_phase(remaining, holding, ages, k.end_phase_mult, k.restart_horizon_s):
+        if not in_end_phase(sizes, holding, ages, k.end_phase_mult, k.restart_horizon_s):
             return
         per_node = [max(node_gpus // job.gpr, 1) for job in jobs]
         packed = [partial(_packed, job, p) for job, p in zip(jobs, per_node, strict=True)]

@@ -10,14 +10,17 @@ that flatten, running the jobs side by side is the cheaper way through the same 
 makespan is shortest when they all end at once.
 
 The end phase is online: no future arrival is known, so it holds only while every job of the
-tier already holds GPUs (none waits) and every job's remaining one-GPU work is at least the
-longest's over ``end_phase_mult`` (all are of the longest job's kind; a short job running or
-arriving ends it). Then each job's *balanced* count is found by water-filling: every job
-starts on one step (a replica within the first node, whole nodes beyond), and each next step
-goes to the job predicted to finish last (its remaining work over its speedup), while that
-step still makes it faster and GPUs are left. A job at its balanced count finishes when the
-others do, and since every job's predicted finish falls by one second a second at its own
-count, the counts hold from round to round until a model or a job changes.
+tier already holds GPUs (none waits), the youngest is older than ``restart_horizon_s`` (no
+arrival for that long), and every job's size (GPU-seconds so far plus remaining one-GPU work)
+is at least the largest's over ``end_phase_mult`` (all are of the largest job's kind; a short
+job running or arriving ends it; counting the work done keeps a job nearing its end in the
+phase). Then each job's *balanced* count is found by water-filling: every job starts on one
+step (a replica within the first node, whole nodes beyond), and each next step goes to the job
+with the largest predicted JCT (its age plus its remaining work over its speedup), while that
+step still makes it faster and GPUs are left: the largest JCT of the jobs left, which sets the
+tail, is as small as whole steps allow. Each job's predicted JCT stays put while it runs at
+its count (it ages one second a second and its predicted time left falls as fast), so the
+counts hold from round to round until a model or a job changes.
 
 Pure functions over numbers; the policy applies them in ``AdlPolicy._prepare``: the end-phase
 jobs share one weight (no shortest-first among them) and are softly capped at their balanced
@@ -34,19 +37,20 @@ SpeedupAt = Callable[[int], float]
 
 
 def in_end_phase(
-    remaining: Sequence[float],
+    sizes: Sequence[float],
     holding: Sequence[bool],
     ages: Sequence[float],
     mult: float,
     quiet_s: float,
 ) -> bool:
     """Whether the round is in the end phase: at least two jobs, every one holding GPUs, the
-    youngest older than ``quiet_s`` (no arrival for that long), and every one's ``remaining``
-    one-GPU work at least the longest's over ``mult`` (below 1: off)."""
-    if mult < 1 or len(remaining) < 2 or not all(holding) or min(ages) < quiet_s:
+    youngest older than ``quiet_s`` (no arrival for that long), and every one's size (its
+    GPU-seconds so far plus its remaining one-GPU work: a job nearing its end stays of its
+    kind) at least the largest's over ``mult`` (below 1: off)."""
+    if mult < 1 or len(sizes) < 2 or not all(holding) or min(ages) < quiet_s:
         return False
-    longest = max(remaining)
-    return longest > 0 and all(r * mult >= longest for r in remaining)
+    largest = max(sizes)
+    return largest > 0 and all(size * mult >= largest for size in sizes)
 
 
 def _steps(cap: int, per_node: int) -> list[int]:
