@@ -74,6 +74,7 @@ from adl.sched.decisions import (
 from adl.sched.knapsack import best_counts
 from adl.sched.placement import Cluster, Placement
 from adl.sched.policy_efficiency import beyond_efficient, efficient_count
+from adl.sched.policy_endphase import balanced_counts, in_end_phase, shared_weight
 from adl.sched.policy_knobs import Knobs
 from adl.sched.policy_longshare import (
     behind_floor,
@@ -593,7 +594,32 @@ class AdlPolicy:
         if self.knobs.efficiency_floor > 0:
             for job in out:
                 self._efficiency_cap(job, cluster.max_gpus)
+        if self.knobs.end_phase_mult > 0:
+            self._end_phase(out, total, cluster.max_gpus)
         return out
+
+    def _end_phase(self, jobs: list[_Job], total: int, node_gpus: int) -> None:
+        """``end_phase_mult``: when only long jobs are left, one shared weight and a soft cap
+        at the counts that even out their predicted finishes
+        (:mod:`adl.sched.policy_endphase`); their other floors give way to it."""
+        holding = [job.prev is not None for job in jobs]
+        remaining = [job.remaining for job in jobs]
+        ages = [job.info.age_s for job in jobs]
+        sizes = [job.remaining + max(job.info.attained_service_s, 0.0) for job in jobs]
+        k = self.knobs
+        if not in_end_phase(sizes, holding, ages, k.end_phase_mult, k.restart_horizon_s):
+            return
+        per_node = [max(node_gpus // job.gpr, 1) for job in jobs]
+        packed = [partial(_packed, job, p) for job, p in zip(jobs, per_node, strict=True)]
+        caps, gprs = [job.cap for job in jobs], [job.gpr for job in jobs]
+        counts = balanced_counts(remaining, packed, caps, per_node, gprs, total, ages)
+        if counts is None:
+            return
+        weights = shared_weight([j.weight for j in jobs], [j.info.weight for j in jobs])
+        for job, count, weight, speedup in zip(jobs, counts, weights, packed, strict=True):
+            job.weight, job.floor_count = weight, 0
+            if count < job.cap:
+                job.efficient, job.efficient_speedup = count, speedup(count)
 
     def _starvation_floor(self, jobs: list[_Job], share: int, node_gpus: int) -> None:
         """``starve_bound_s``: jobs behind an equal share (``share`` GPUs) for longer than the

@@ -147,6 +147,12 @@ class Knobs:
     #: on: the floor applies only while the long job has had fewer GPU-seconds than its floor
     #: would have given it since it arrived (a catch-up, not a steady share)
     long_floor_catchup: bool = False
+    #: the end phase (0 = off; else at least 1): while every job of the tier holds GPUs, none
+    #: arrived within ``restart_horizon_s`` and each one's size (GPU-seconds so far plus
+    #: remaining one-GPU work) is at least the largest's over this, the jobs share one weight
+    #: and are softly capped at the counts that even out their predicted JCTs
+    #: (:mod:`adl.sched.policy_endphase`; issue 34's makespan)
+    end_phase_mult: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -192,6 +198,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "long_floor_gain": (0.01, 1.0, True),
     "long_floor_share": (0.01, 1.0, True),
     "long_floor_weight": (0.0, 1000.0, True),
+    "end_phase_mult": (0.0, 1000.0, True),
 }
 
 
