@@ -4,8 +4,11 @@ left on one fast GPU while the slow GPUs, which no one else wants, stay idle. Th
 such a job whole onto the idle type when that, with the GPUs it leaves handed to others, is
 worth more to the policy's own objective."""
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
-from policy_kit import amdahl, job
+from policy_kit import amdahl, job, random_jobs
 
 from adl.sched.policy import AdlPolicy
 from adl.sched.policy_knobs import Knobs
@@ -75,3 +78,30 @@ def test_one_type_nothing_changes() -> None:
 def test_the_moves_a_round_are_bounded(bad: float) -> None:
     with pytest.raises(ValueError, match="type_fill"):
         Knobs(type_fill=bad)
+
+
+@pytest.mark.parametrize("seed", range(32))  # the pass moves a job in 7 of them
+def test_the_pass_never_lowers_the_objective_nor_mixes_types(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    jobs = [
+        replace(j, type_speed={FAST: 1.0, SLOW: float(rng.choice([0.16, 0.25, 0.4, 1.3]))})
+        for j in random_jobs(seed, 5)
+    ]
+    names = [n.name for n in NODES]
+    previous = {
+        j.name: [names[int(rng.integers(len(names)))]] * int(rng.integers(1, 3))
+        for j in jobs
+        if rng.random() < 0.7
+    }
+    plain = AdlPolicy()
+    before = plain.optimize(jobs, NODES, previous)
+    after = AdlPolicy(type_fill=4).optimize(jobs, NODES, previous)
+    kind = {n.name: n.gpu_type for n in NODES}
+    used: dict[str, int] = {}
+    for held in after.values():
+        assert len({kind[n] for n in held}) <= 1
+        for n in held:
+            used[n] = used.get(n, 0) + 1
+    assert all(used[n.name] <= n.gpus for n in NODES if n.name in used)
+    gain = plain.objective(jobs, NODES, previous, after)
+    assert gain >= plain.objective(jobs, NODES, previous, before) * (1 - 1e-9)
