@@ -91,11 +91,11 @@ def _best_on(
     return best
 
 
-def _snapshot(work: list[_Job]) -> list[Placement]:
+def _placements_of(work: list[_Job]) -> list[Placement]:
     return [dict(job.placement) for job in work]
 
 
-def _restore(host: _Host, work: list[_Job], cluster: Cluster, saved: list[Placement]) -> None:
+def _put_back(host: _Host, work: list[_Job], cluster: Cluster, saved: list[Placement]) -> None:
     """Put every job of ``work`` back on its ``saved`` placement."""
     for job, placement in zip(work, saved, strict=True):
         if job.placement != placement:
@@ -136,12 +136,12 @@ def move_to_idle_types(host: _Host, work: list[_Job], cluster: Cluster, limit: i
         if found is None:
             continue
         before = sum(j.utility for j in work)
-        saved = _snapshot(work)
+        saved = _placements_of(work)
         host._commit(job, found[1], cluster)
         host._fill(work, cluster, fixed)
         after = sum(j.utility for j in work)
         if after > before + _MIN_GAIN * max(abs(before), 1e-12):
             kept += 1
         else:
-            _restore(host, work, cluster, saved)
+            _put_back(host, work, cluster, saved)
     return kept
