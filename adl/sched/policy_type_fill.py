@@ -35,8 +35,8 @@ from adl.sched.placement import Cluster, Placement
 #: this module
 _Job = Any
 
-#: a move must raise the objective by more than this fraction of the job's value (ties and
-#: rounding move nothing)
+#: a move must raise the objective summed over every job by more than this fraction of it
+#: (ties and rounding move nothing)
 _MIN_GAIN = 1e-9
 
 #: counts tried per job and type, best valued first (a count whose packed placement does not
@@ -100,7 +100,8 @@ def _put_back(host: _Host, work: list[_Job], cluster: Cluster, saved: list[Place
     for job, placement in zip(work, saved, strict=True):
         if job.placement != placement:
             cluster.release(job.info.name, job.placement, job.gpr)
-            job.placement, job.replicas = {}, 0
+            # as the solvers leave a job without GPUs (one the trial started has none again)
+            job.placement, job.replicas, job.utility = {}, 0, 0.0
     for job, placement in zip(work, saved, strict=True):
         if placement and not job.replicas:
             host._commit(job, placement, cluster)
