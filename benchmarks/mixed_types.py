@@ -72,6 +72,8 @@ class TypeCheck:
         self.inner = inner
         self.mixed_rounds = 0
         self.type_changes = 0
+        #: type moves of each job that moved (the per-application account reads them)
+        self.moves_by_job: dict[str, int] = {}
 
     def bind_oracle(self, oracle: Any) -> None:
         # the simulator hands it over where the inner policy's registry entry says so (the
@@ -89,6 +91,7 @@ class TypeCheck:
             before = previous.get(name)
             if held and before and kind.get(before[0]) != kind.get(held[0]):
                 self.type_changes += 1
+                self.moves_by_job[name] = self.moves_by_job.get(name, 0) + 1
         return answer
 
 
@@ -122,6 +125,7 @@ def run_task(task: Task) -> dict[str, Any]:
     summary["gpu_hours"] = sum(j.gpu_seconds for j in result.jobs) / 3600
     summary["mixed_rounds"] = policy.mixed_rounds
     summary["type_changes_per_job"] = policy.type_changes / max(len(result.jobs), 1)
+    summary["type_moves_by_job"] = dict(policy.moves_by_job)
     summary["wall_s"] = time.perf_counter() - t0
     summary["jct_by_job"] = {j.name: j.jct_s for j in result.jobs}
     by_type: dict[str, dict[str, float]] = {}

@@ -84,6 +84,7 @@ from adl.sched.policy_longshare import (
     long_job_indices,
 )
 from adl.sched.policy_starvation import boosted_weight, deficit_s
+from adl.sched.policy_type_fill import move_to_idle_types
 from adl.sched.policy_type_floor import fast_enough
 from adl.sched.policy_type_frame import frame_scale
 from adl.sched.policy_type_prices import over_asked, raised_prices
@@ -849,6 +850,7 @@ class AdlPolicy:
                     if priced[0] > total * (1.0 + 1e-9):
                         total, work, cluster = priced[:3]
                     over = priced[3]
+        move_to_idle_types(self, work, cluster, int(k.type_fill))
         return {job.info.name: cluster.to_names(job.placement) for job in work}
 
     def _count_values(
