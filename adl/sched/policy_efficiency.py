@@ -11,7 +11,8 @@ for a hundredth, so those GPUs go to it only when no other job can use them.
 Measured against the defaults on the published and generated workloads it lowers the GPU-hours
 held and the worst makespan ratio, and lengthens the mean JCT; it is opt-in.
 
-Pure functions over numbers; the policy applies them in ``AdlPolicy._prepare`` and ``_value``.
+Pure functions over numbers; the policy applies them in :mod:`adl.sched.policy_floors`
+(``apply_efficiency_cap``) and ``_value`` (:mod:`adl.sched.policy_moves`).
 """
 
 from __future__ import annotations

@@ -22,9 +22,10 @@ tail, is as small as whole steps allow. Each job's predicted JCT stays put while
 its count (it ages one second a second and its predicted time left falls as fast), so the
 counts hold from round to round until a model or a job changes.
 
-Pure functions over numbers; the policy applies them in ``AdlPolicy._prepare``: the end-phase
-jobs share one weight (no shortest-first among them) and are softly capped at their balanced
-counts (beyond them a replica is worth a hundredth, as with ``efficiency_floor``).
+Pure functions over numbers; the policy applies them in :mod:`adl.sched.policy_floors`
+(``apply_end_phase``): the end-phase jobs share one weight (no shortest-first among them) and
+are softly capped at their balanced counts (beyond them a replica is worth a hundredth, as with
+``efficiency_floor``).
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ Measured on workload-1..4 in both simulator modes it moves adl along the same fr
 other tail knobs (a shorter makespan and p99 for a longer mean), so it is opt-in
 (docs/results.md, "A steady efficient share for long jobs").
 
-Pure functions over numbers; the policy applies them in ``AdlPolicy._prepare`` through the
-same floor fields as the starvation bound (:mod:`adl.sched.policy_starvation`).
+Pure functions over numbers; the policy applies them in :mod:`adl.sched.policy_floors`
+(``apply_long_floor``) through the same floor fields as the starvation bound
+(:mod:`adl.sched.policy_starvation`).
 """
 
 from __future__ import annotations

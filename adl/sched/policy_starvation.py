@@ -14,8 +14,8 @@ largest weight in the tier), so it gets at least an equal share once it has been
 longer than the bound, and keeps it while it stays behind; beyond that share its own weight
 applies.
 
-Pure functions over numbers; the policy applies them in ``AdlPolicy._prepare`` and
-``_value``.
+Pure functions over numbers; the policy applies them in :mod:`adl.sched.policy_floors`
+(``apply_starvation_floor``) and ``_value`` (:mod:`adl.sched.policy_moves`).
 """
 
 from __future__ import annotations

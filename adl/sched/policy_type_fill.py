@@ -25,15 +25,12 @@ nothing there.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from adl.sched.placement import Cluster, Placement
-
-#: the policy's per-round job (``adl.sched.policy._Job``); not imported: the policy imports
-#: this module
-_Job = Any
+from adl.sched.policy_job import RoundJob
 
 #: a move must raise the objective summed over every job by more than this fraction of it
 #: (ties and rounding move nothing)
@@ -47,24 +44,24 @@ _TRIES = 3
 class _Host(Protocol):
     """What the pass needs of the policy (:class:`adl.sched.policy.AdlPolicy`)."""
 
-    def _utility(self, job: _Job, placement: Placement) -> float: ...
+    def _utility(self, job: RoundJob, placement: Placement) -> float: ...
 
-    def _commit(self, job: _Job, placement: Placement, cluster: Cluster) -> None: ...
+    def _commit(self, job: RoundJob, placement: Placement, cluster: Cluster) -> None: ...
 
-    def _fill(self, work: list[_Job], cluster: Cluster, fixed: list[bool]) -> None: ...
+    def _fill(self, work: list[RoundJob], cluster: Cluster, fixed: list[bool]) -> None: ...
 
     def _packed_values(
-        self, job: _Job, counts: np.ndarray, per_node: int, speed: float
+        self, job: RoundJob, counts: np.ndarray, per_node: int, speed: float
     ) -> np.ndarray: ...
 
 
-def _movable(job: _Job) -> bool:
+def _movable(job: RoundJob) -> bool:
     """A running job the round may restart: preemptible, past its minimum tenure."""
     return job.replicas > 0 and job.info.preemptible and not job.protected
 
 
 def _best_on(
-    host: _Host, job: _Job, cluster: Cluster, gpu_type: str
+    host: _Host, job: RoundJob, cluster: Cluster, gpu_type: str
 ) -> tuple[float, Placement] | None:
     """The job's most valuable placement on ``gpu_type``'s free GPUs, with its value."""
     gpr = job.gpr
@@ -91,11 +88,11 @@ def _best_on(
     return best
 
 
-def _placements_of(work: list[_Job]) -> list[Placement]:
+def _placements_of(work: list[RoundJob]) -> list[Placement]:
     return [dict(job.placement) for job in work]
 
 
-def _put_back(host: _Host, work: list[_Job], cluster: Cluster, saved: list[Placement]) -> None:
+def _put_back(host: _Host, work: list[RoundJob], cluster: Cluster, saved: list[Placement]) -> None:
     """Put every job of ``work`` back on its ``saved`` placement."""
     for job, placement in zip(work, saved, strict=True):
         if job.placement != placement:
@@ -107,7 +104,7 @@ def _put_back(host: _Host, work: list[_Job], cluster: Cluster, saved: list[Place
             host._commit(job, placement, cluster)
 
 
-def move_to_idle_types(host: _Host, work: list[_Job], cluster: Cluster, limit: int) -> int:
+def move_to_idle_types(host: _Host, work: list[RoundJob], cluster: Cluster, limit: int) -> int:
     """Try up to ``limit`` moves of a running job of ``work`` (placed on ``cluster``) whole
     onto a type with free GPUs, the largest gain to the job itself first; after each, the
     greedy hands out the GPUs the job left (another job grows into them), and the move is

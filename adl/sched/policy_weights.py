@@ -13,7 +13,8 @@ tried against shortest-first").
   s on one GPU) never ages; counting it against ``R / S(cap)``, the time it would still need
   at its cap, makes age a slowdown, as finish-time fairness does.
 
-Pure functions over numbers; the policy applies them in ``AdlPolicy._prepare``.
+Pure functions over numbers; the policy applies them in :mod:`adl.sched.policy_floors`
+(``apply_alternative_weights``).
 """
 
 from __future__ import annotations
