@@ -1,4 +1,4 @@
-"""``type_fill`` (issue 33, opt-in): the replica-count knapsack counts GPUs, not GPUs per
+"""``type_fill`` (issue 33, on by default): the replica-count knapsack counts GPUs, not GPUs per
 type, and the greedy after it grows a running job on its own type only, so a long job can be
 left on one fast GPU while the slow GPUs, which no one else wants, stay idle. The pass moves
 such a job whole onto the idle type when that, with the GPUs it leaves handed to others, is
@@ -50,7 +50,7 @@ def _types(allocation: dict[str, list[str]]) -> dict[str, set[str]]:
 
 def test_a_job_left_on_one_fast_gpu_moves_to_the_idle_slow_ones() -> None:
     jobs = _jobs()
-    plain = AdlPolicy()  # off by default
+    plain = AdlPolicy(type_fill=0)  # the pass off
     before = plain.optimize(jobs, NODES, {**PREVIOUS})
     after = AdlPolicy(type_fill=2).optimize(jobs, NODES, {**PREVIOUS})
     # without the pass: the long job keeps one V100 and all 16 K80s stay idle
@@ -93,7 +93,7 @@ def test_the_pass_never_lowers_the_objective_nor_mixes_types(seed: int) -> None:
         for j in jobs
         if rng.random() < 0.7
     }
-    plain = AdlPolicy()
+    plain = AdlPolicy(type_fill=0)
     before = plain.optimize(jobs, NODES, previous)
     after = AdlPolicy(type_fill=4).optimize(jobs, NODES, previous)
     kind = {n.name: n.gpu_type for n in NODES}
