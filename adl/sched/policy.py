@@ -47,7 +47,9 @@ now; a job's replicas are always on nodes of one type (the slowest GPU would pac
 step), one it may use (``JobInfo.gpu_types``); a job without GPUs
 weighs a start on every such type, valued at its speed there (``JobInfo.type_speed`` x its
 speedup), so it starts where its goodput is higher when both are free; a running job grows on
-its own type, and changes type only by a move that pays for its restart like any other.
+its own type, and changes type only by a move that pays for its restart like any other;
+after the round, up to ``type_fill`` such moves onto a type the round left idle are tried, each
+kept only if the whole objective rose (:mod:`adl.sched.policy_type_fill`).
 Job priorities are strict tiers: each is solved as above on what the tiers above it left.
 Everything is deterministic: ties break on submission order, then name.
 """
