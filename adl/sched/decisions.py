@@ -50,6 +50,13 @@ class Decision:
     gpu_type: str = ""
     other_type: str = ""
     speedup_other: float | None = None
+    #: the type it held before the round ("" if none, or on a uniform cluster): a job that
+    #: changed type and size is compared with what it left, not with the old type at the new
+    #: size, which it may not have had room for
+    type_before: str = ""
+    #: GPUs of ``other_type`` free after the round (None: not known): when that type would
+    #: have been faster at the same size, the decision says it had too few free
+    free_other: int | None = None
     #: its speed on ``gpu_type`` and ``other_type`` was measured (else estimated alike, 1.0)
     types_measured: bool = True
     #: the job moved to ``gpu_type`` to try it: its speed there is an optimistic estimate
@@ -127,9 +134,18 @@ class Decision:
                 note = " (not measured on both: estimated alike)"
             else:
                 note = ""
-            parts.append(
-                f"speedup {self.speedup_after:.2f} there vs {other:.2f} on {self.other_type}" + note
-            )
+            left = self.type_before and self.type_before != self.gpu_type and 0 < a != b
+            if left and self.speedup_before is not None:
+                versus = f"{self.speedup_before:.2f} on {a} x {self.type_before} before"
+            else:
+                versus = f"{other:.2f} on {self.other_type}"
+            if other > self.speedup_after and self.free_other is not None and self.free_other < b:
+                # the other type was faster at this size: say why the job is not there
+                note = (
+                    f" ({b} x {self.other_type} would be {other:.2f}, but {self.free_other} free)"
+                    + note
+                )
+            parts.append(f"speedup {self.speedup_after:.2f} there vs {versus}" + note)
         elif kind != "stopped" and self.speedup_after is not None:
             if self.speedup_before is not None and kind != "moved":
                 parts.append(f"speedup {self.speedup_before:.2f} -> {self.speedup_after:.2f}")
@@ -261,6 +277,8 @@ def explain(
             gpu_type=(t_after or "") if mixed else "",
             other_type=other,
             speedup_other=_speedup(info, after, other) if other else None,
+            type_before=(t_before or "") if mixed else "",
+            free_other=(free_by_type or {}).get(other) if other and free_by_type else None,
             types_measured=measured,
             exploring=bool(mixed and t_after and t_after in info.exploring),
             types_estimated=any(t in info.estimated_types for t in compared),

@@ -241,6 +241,28 @@ def test_the_decision_says_why_a_type_was_chosen() -> None:
     assert decided["j"].message == (f"moved to 4 x {A100}: speedup 8.00 there vs 4.00 on {T4}")
 
 
+def test_a_move_to_more_gpus_of_a_slower_type_is_told_against_what_it_left() -> None:
+    # a job on one fast GPU moved onto four idle slow ones (``type_fill``): the fast type
+    # would be faster at four, but none is free there. The decision compares the move with
+    # what the job left, and says why not four of the fast type (it said "speedup 2.00 there
+    # vs 4.00 on A100", as if the policy had picked the worse of two open choices)
+    nodes = mixed()
+    info = job("j", max_replicas=4, speedup=amdahl(0.0, 1.0), type_speed={A100: 1.0, T4: 0.5})
+    decided = explain(
+        {"j": ["t0"] * 4},
+        {"j": ["a0"]},
+        {"j": info},
+        free_gpus=4,
+        reported={"j": True},
+        node_types={n.name: n.gpu_type for n in nodes},
+        free_by_type={A100: 1, T4: 0},
+    )
+    assert decided["j"].message == (
+        f"grew 1 -> 4 (4 x {T4}): speedup 2.00 there vs 1.00 on 1 x {A100} before"
+        f" (4 x {A100} would be 4.00, but 1 free), 4 GPUs free"
+    )
+
+
 def test_the_decision_says_when_the_types_speeds_are_estimates() -> None:
     nodes = mixed()
     decided = explain(
