@@ -74,11 +74,11 @@ def balanced_counts(
     total_gpus: int,
     ages: Sequence[float],
 ) -> list[int] | None:
-    """Replicas per job that make the jobs' predicted finishes (``remaining / speedup``) as
+    """Replicas per job that make the jobs' predicted JCTs (``age + remaining / speedup``) as
     even as whole steps allow: from one step each, the next step goes to the job predicted to
-    finish last, while it still speeds that job up and its GPUs are free. None when the jobs
-    cannot all hold one replica (``gprs``: GPUs per replica; ``per_node``: replicas a node
-    holds)."""
+    end with the longest JCT, while it still speeds that job up and its GPUs are free. None
+    when the jobs cannot all hold one replica (``gprs``: GPUs per replica; ``per_node``:
+    replicas a node holds)."""
     n = len(remaining)
     if not n == len(speedups) == len(caps) == len(per_node) == len(gprs) == len(ages):
         raise ValueError("balanced_counts needs one remaining, speedup, cap, node size, gpr each")
@@ -87,7 +87,7 @@ def balanced_counts(
     used = sum(gprs)
     if used > total_gpus:
         return None
-    # the job predicted to finish last first; ties to the earlier job (submission order)
+    # the job with the longest predicted JCT first; ties to the earlier job (submission order)
     heap = [(-ages[i] - remaining[i] / max(speedups[i](steps[i][0]), 1e-9), i) for i in range(n)]
     heapq.heapify(heap)
     while heap:

@@ -109,7 +109,7 @@ def apply_efficiency_cap(knobs: Knobs, job: RoundJob, node_gpus: int) -> None:
 
 def apply_end_phase(knobs: Knobs, jobs: list[RoundJob], total: int, node_gpus: int) -> None:
     """``end_phase_mult``: when only long jobs are left, one shared weight and a soft cap
-    at the counts that even out their predicted finishes
+    at the counts that even out their predicted JCTs
     (:mod:`adl.sched.policy_endphase`); their other floors give way to it."""
     holding = [job.prev is not None for job in jobs]
     remaining = [job.remaining for job in jobs]
