@@ -89,8 +89,9 @@ def apply_long_floor(knobs: Knobs, jobs: list[RoundJob], total: int, node_gpus: 
         boosted = floor_weight(job.weight, top, k.long_floor_weight)
         if count <= 0 or boosted <= job.weight:
             continue
+        hold = k.long_floor_hold_s if job.prev_replicas else 0.0
         if k.long_floor_catchup and not behind_floor(
-            job.info.attained_service_s, job.info.age_s, count * job.gpr
+            job.info.attained_service_s, job.info.age_s, count * job.gpr, hold
         ):
             continue
         if job.floor_count and job.floor_weight * job.floor_speedup >= boosted * packed(count):

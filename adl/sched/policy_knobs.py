@@ -155,6 +155,10 @@ class Knobs:
     #: on: the floor applies only while the long job has had fewer GPU-seconds than its floor
     #: would have given it since it arrived (a catch-up, not a steady share)
     long_floor_catchup: bool = False
+    #: ... with the catch-up, a long job that holds GPUs keeps its floor until it is this many
+    #: seconds of its floor ahead (0: the catch-up alone, which turns the floor off the round
+    #: a job is even and back on the round it falls behind: one preemption and resume each)
+    long_floor_hold_s: float = 0.0
     #: the end phase (0 = off; else at least 1): while every job of the tier holds GPUs, none
     #: arrived within ``restart_horizon_s`` and each one's size (GPU-seconds so far plus
     #: remaining one-GPU work) is at least the largest's over this, the jobs share one weight

@@ -36,13 +36,19 @@ from collections.abc import Callable, Sequence
 def long_job_indices(remaining: Sequence[float], mult: float) -> list[int]:
     """Indices of the *long* jobs: those whose remaining work is at least the longest's over
     ``mult`` (the class of the longest job: on the traces imagenet, or yolov3 where no
-    imagenet runs), and more than ``mult`` x the median of all (the upper median), so that
-    among jobs of one size (the last few long jobs, alone on the cluster) none is long.
+    imagenet runs), and more than ``mult`` x the median of the jobs outside that class (the
+    upper median), so that when every job is of one size (the last few long jobs, alone on
+    the cluster) none is long. The median leaves the class out so that the test does not
+    turn off whenever the class is half of a quiet cluster's jobs: a floor that came and
+    went with the count of short jobs preempted and resumed its job each time.
     ``mult`` below 1 is off."""
     if mult < 1 or len(remaining) < 2:
         return []
-    ordered = sorted(remaining)
-    median, longest = ordered[len(ordered) // 2], ordered[-1]
+    longest = max(remaining)
+    others = sorted(r for r in remaining if r * mult < longest)
+    if not others:
+        return []
+    median = others[len(others) // 2]
     return [i for i, r in enumerate(remaining) if r * mult >= longest and r > mult * median]
 
 
@@ -83,7 +89,9 @@ def floor_weight(weight: float, top: float, factor: float) -> float:
     return max(weight, factor * top)
 
 
-def behind_floor(attained_gpu_s: float, age_s: float, floor_gpus: int) -> bool:
+def behind_floor(attained_gpu_s: float, age_s: float, floor_gpus: int, hold_s: float = 0.0) -> bool:
     """``long_floor_catchup``: whether a job has had fewer GPU-seconds than ``floor_gpus``
-    held since it arrived ``age_s`` ago would have given it."""
-    return attained_gpu_s < floor_gpus * max(age_s, 0.0)
+    held since it arrived ``age_s`` ago would have given it, plus ``hold_s`` seconds of that
+    floor (``long_floor_hold_s``, for a job that holds GPUs: a floor it is on stays on until
+    it is that far ahead, rather than flapping off and on around even)."""
+    return attained_gpu_s < floor_gpus * (max(age_s, 0.0) + max(hold_s, 0.0))
