@@ -10,8 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-from loop_support import SIZE, TIMEOUT_S, Jobs, assert_exact, epoch_records, variant, with_env
+from loop_support import SIZE, TIMEOUT_S, Jobs, assert_exact, epoch_records, held_variant
 
 from adl.operator.crd import GROUP, PLURAL, VERSION
 
@@ -35,14 +34,8 @@ def held_manifest(tmp: Path, name: str, **spec: Any) -> Path:
     """The example at one replica at most (the test lets it grow once its hints are in), run
     by ``held_synthetic.py``; hung-rank detection off (a held job makes no progress on
     purpose)."""
-    path = variant(tmp, name, epochs=EPOCHS, maxReplicas=1, terminationGracePeriodSeconds=30)
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"].update(spec)
-    container = doc["spec"]["template"]["spec"]["containers"][0]
-    script = container["command"].index("examples/train_synthetic.py")
-    container["command"][script] = "tests/cluster/loop/held_synthetic.py"
-    path.write_text(yaml.safe_dump(doc))
-    return with_env(path, ADL_HANG_TIMEOUT_S="0")
+    defaults: dict[str, Any] = {"maxReplicas": 1, "terminationGracePeriodSeconds": 30}
+    return held_variant(tmp, name, epochs=EPOCHS, hold_grown="every", **{**defaults, **spec})
 
 
 def events(jobs: Jobs, name: str, reason: str) -> list[str]:

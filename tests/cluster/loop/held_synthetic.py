@@ -8,7 +8,10 @@ Run as the example itself (same arguments). Before an epoch, every rank holds wh
   later: the job waits, its hints reported by the reporter's thread, until the scheduler grows
   it (the resize's stop releases it);
 - it runs at world size 2 and the epoch is ``HELD_FROM`` or later: the grown job waits there
-  until something stops it (the disruption the test causes).
+  until something stops it (the disruption the test causes, or the shrink for another job).
+  ``ADL_TEST_HOLD_GROWN`` in its environment chooses which grown groups hold: ``every`` (the
+  default), ``first`` (only group 2, the one the first growth makes: a job grown again later
+  trains on) or ``never``.
 
 It declares a long run to the scheduler (``DECLARED_EPOCHS``) and stops after ``--epochs``.
 
@@ -47,7 +50,10 @@ DECLARED_EPOCHS = 1000
 def _held(epoch: int) -> bool:
     ctx = context()
     first_group = os.environ.get("ADL_GROUP") == "1" and ctx.world_size == 1
-    return (first_group and epoch >= 1) or (ctx.world_size == 2 and epoch >= HELD_FROM)
+    mode = os.environ.get("ADL_TEST_HOLD_GROWN", "every")
+    group = os.environ.get("ADL_GROUP")
+    grown = ctx.world_size == 2 and (mode == "every" or (mode == "first" and group == "2"))
+    return (first_group and epoch >= 1) or (grown and epoch >= HELD_FROM)
 
 
 def _hold(epoch: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from chart_install import ROOT, Installation, token_kubeconfig
@@ -107,7 +107,9 @@ EXAMPLE = ROOT / "examples" / "synthetic.yaml"
 SIZE = 4096
 #: the first job trains longer than the example, so that it still runs when the second comes.
 #: A fast CI machine runs an epoch of this job in about 0.35 s at one replica, and growing it
-#: takes a report and a round (20 epochs once ended before the first growth): 60 leave a margin
+#: takes a report and a round (20 epochs once ended before the first growth): 60 leave a margin.
+#: A job that must grow is run by ``held_variant`` as well: on an idle machine 60 epochs took
+#: 18 s, and the scheduler rightly kept a job with 60 s left on one replica
 EPOCHS = 60
 TIMEOUT_S = 300
 
@@ -133,6 +135,28 @@ def epoch_records(kubelet: ProcessKubelet, namespace: str, job: str) -> list[tup
             if line.startswith("{") and '"epoch"' in line:
                 out.append((group, json.loads(line)))
     return sorted(out, key=lambda r: (r[0], r[1]["epoch"]))
+
+
+def held_variant(
+    tmp: Path,
+    name: str,
+    *,
+    epochs: int,
+    hold_grown: Literal["every", "first", "never"],
+    **spec: Any,
+) -> Path:
+    """``variant``, run by ``held_synthetic.py``: the job declares a long run, so that the
+    scheduler grows it whatever the machine's speed, and its first group waits at its second
+    epoch until it is grown. ``hold_grown``: which of its groups at two replicas wait too,
+    until they are stopped (a shrink, a disruption): every one, the first growth's only, or
+    none. Hung-rank detection is off: a held job makes no progress on purpose."""
+    path = variant(tmp, name, epochs=epochs, **spec)
+    doc = yaml.safe_load(path.read_text())
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    script = container["command"].index("examples/train_synthetic.py")
+    container["command"][script] = "tests/cluster/loop/held_synthetic.py"
+    path.write_text(yaml.safe_dump(doc))
+    return with_env(path, ADL_HANG_TIMEOUT_S="0", ADL_TEST_HOLD_GROWN=hold_grown)
 
 
 def with_env(path: Path, **env: str) -> Path:

@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from kubelet import ProcessKubelet
-from loop_support import EPOCHS, SIZE, TIMEOUT_S, Jobs, Operators, epoch_records, variant
+from loop_support import (
+    EPOCHS,
+    SIZE,
+    TIMEOUT_S,
+    Jobs,
+    Operators,
+    epoch_records,
+    held_variant,
+    variant,
+)
 
 
 def live_groups(jobs: Jobs, job: str) -> set[str]:
@@ -34,7 +43,9 @@ def test_kill_9_mid_resize_converges_without_a_duplicate_group_or_lost_checkpoin
 ) -> None:
     first = adl_operator(installed_chart, name="first").wait_ready()
     details = adl_operator.tails
-    adl_cli("submit", "grow", "-f", str(variant(tmp_path, "grow", epochs=EPOCHS)), "-n", namespace)
+    # held_synthetic.py: grown whatever the machine's speed (its first group waits for it)
+    grow = held_variant(tmp_path, "grow", epochs=EPOCHS, hold_grown="never")
+    adl_cli("submit", "grow", "-f", str(grow), "-n", namespace)
     seen: list[set[str]] = []
 
     def resizing() -> bool:
