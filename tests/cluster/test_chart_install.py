@@ -284,9 +284,21 @@ def test_a_refused_object_is_the_jobs_reason_until_the_quota_allows_it(
             details=operator.tail,
         )
         assert "exceeded quota" in said["message"], said
-        events = core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name=quota,reason={reason}"
-        ).items
+
+        def refusals() -> list[Any]:
+            return list(
+                core.list_namespaced_event(
+                    namespace, field_selector=f"involvedObject.name=quota,reason={reason}"
+                ).items
+            )
+
+        # kopf posts Events from a queue, so the status can be read before its Event is
+        events = wait_for(
+            lambda: refusals() or None,
+            timeout=30,
+            what=f"the {reason} Event",
+            details=operator.tail,
+        )
         assert len(events) == 1, events
         assert "Traceback" not in operator.log_text(), operator.tail()
 
