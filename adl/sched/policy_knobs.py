@@ -139,7 +139,8 @@ class Knobs:
     #: clusters miss issue 33's goal)
     type_fill: float = 2.0
     #: long jobs (0 = off; else at least 1): a job whose remaining one-GPU work is at least the
-    #: longest's over this and more than this many times the tier's median is *long*, and
+    #: longest's over this and more than this many times the median of the tier's jobs outside
+    #: that class is *long*, and
     #: gets the steady efficient share below
     #: (:mod:`adl.sched.policy_longshare`; issue 34's tail)
     long_job_mult: float = 0.0

@@ -8,7 +8,8 @@ from"). Sia keeps such jobs on a few GPUs each through the busy hours (workload-
 peer conditions: three imagenet jobs on 4, 4 and 2 GPUs) and shares the end between them.
 
 The floor: a job whose remaining one-GPU work is at least the longest job's over
-``long_job_mult`` and more than ``long_job_mult`` times the tier's median is *long*. Its
+``long_job_mult`` and more than ``long_job_mult`` times the median of the tier's other jobs
+(those outside the longest's class) is *long*. Its
 *efficient scale* is the most replicas at which one more step of GPUs still adds at least
 ``long_floor_gain`` speedup per GPU, capped at its part of ``long_floor_share`` of the
 cluster (split equally between the long jobs). Its first GPUs, up to that count, are weighed

@@ -6,8 +6,7 @@ a second job arrives, and both Succeed. Every resize resumes exactly: the epochs
 job's successive groups are each epoch once, in order, with every sample of every epoch seen
 once (what an uninterrupted run prints). The first job runs under ``held_synthetic.py``, which
 declares a long run and holds it at one replica until grown and at two until shrunk (the
-first time), so the
-scenario does not depend on how fast the machine trains it."""
+first time), so the scenario does not depend on how fast the machine trains it."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def test_the_long_class_stays_long_when_it_is_half_the_jobs() -> None:
     # Two long jobs beside two short ones (a quiet spell of the busy hours): the median of all
     # four is a long job's, and a test against it found no long job, so the floor went off
     # for that round and its job was preempted by the next arrival (workload-4 under the peer
-    # conditions: the test came and went a dozen times an hour, and imagenet with it)
+    # conditions: imagenet-57's class was empty in 130 of 419 rounds of hours 3.2-10.2)
     assert long_job_indices([1, 2, 100, 80], 4) == [2, 3]
     assert long_job_indices([3, 100, 90, 80], 4) == [1, 2, 3]
 
